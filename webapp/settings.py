@@ -1,0 +1,208 @@
+"""Django settings, read from environment variables (django-environ).
+
+Every setting has a safe local default so that `make demo` runs with nothing installed
+but Python: SQLite in ``var/``, a filesystem Celery broker in ``var/broker``, and the
+local executor. Production (``MRL_PRODUCTION=true``) refuses to start without a
+``SECRET_KEY`` and turns on the secure-cookie and HTTPS settings.
+
+The variables, grouped by integration:
+
+- Core: ``MRL_PRODUCTION``, ``SECRET_KEY``, ``DEBUG``, ``ALLOWED_HOSTS``,
+  ``CSRF_TRUSTED_ORIGINS``, ``MRL_VAR_DIR``.
+- Database: ``DATABASE_URL`` (``postgres://user@host:5432/name``; default a SQLite file).
+- Celery: ``CELERY_BROKER_URL`` (``redis://...``; default ``filesystem://``),
+  ``CELERY_RESULT_BACKEND`` (default: results are not stored).
+- Runs: ``MRL_RUN_ROOT`` (where run directories live), ``MRL_EXECUTOR`` (``local`` or
+  ``slurm``).
+- Slurm defaults for submitted jobs: ``SLURM_PARTITION``, ``SLURM_ACCOUNT``,
+  ``SLURM_QOS``, ``SLURM_TIME_LIMIT``, ``SLURM_GPUS_PER_NODE``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Read a boolean strictly: only true/false/1/0/yes/no (any case); anything else fails.
+
+    django-environ quietly reads a typo such as ``ture`` as False; a production switch
+    must not.
+    """
+    raw = env.str(name, default="")
+    if raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise environ.ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use true or false")
+
+
+PRODUCTION = env_bool("MRL_PRODUCTION", False)
+VAR_DIR = Path(env.str("MRL_VAR_DIR", default=str(BASE_DIR / "var")))
+
+
+def _dev_secret_key() -> str:
+    """A random key generated once per checkout and kept in ``var/`` (never committed)."""
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+# --- core ---------------------------------------------------------------------------
+if PRODUCTION:
+    SECRET_KEY = env.str("SECRET_KEY", default="")
+    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+        raise environ.ImproperlyConfigured(
+            "MRL_PRODUCTION=true needs SECRET_KEY set to a random string of 50+ characters, "
+            "e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )
+else:
+    SECRET_KEY = env.str("SECRET_KEY", default="") or _dev_secret_key()
+
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "webapp.core",
+    "webapp.dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+WSGI_APPLICATION = "webapp.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -----------------------------------------------------------------------
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'demo.sqlite3'}"),
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:index"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+# --- production hardening -----------------------------------------------------------
+if PRODUCTION:
+    # gunicorn serves static files through whitenoise (runserver does it in development).
+    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+
+# --- celery (see scheduler/celery.py) -------------------------------------------------
+# Without Redis the demo uses kombu's filesystem transport: messages are files in
+# var/broker, and a real `celery worker` process consumes them. Tests and production
+# use Redis.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir),
+        "data_folder_out": str(_broker_dir),
+        "control_folder": str(_broker_dir / "control"),
+        "store_processed": False,
+    }
+elif CELERY_BROKER_URL.startswith("redis"):
+    # A task that is not acknowledged within this time is redelivered; keep it above the
+    # longest task (acks_late is on, so a task killed mid-way runs again).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
+CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "worker-heartbeat": {"task": "scheduler.tasks.worker_heartbeat", "schedule": 30.0},
+}
+
+# --- runs and executors ---------------------------------------------------------------
+RUN_ROOT = Path(env.str("MRL_RUN_ROOT", default=str(VAR_DIR / "runs")))
+EXECUTOR = env.str("MRL_EXECUTOR", default="local")
+if EXECUTOR not in {"local", "slurm"}:
+    raise environ.ImproperlyConfigured(f"MRL_EXECUTOR={EXECUTOR!r}; use 'local' or 'slurm'")
+
+# --- slurm defaults (per-experiment forms may override) ------------------------------
+SLURM_PARTITION = env.str("SLURM_PARTITION", default="")
+SLURM_ACCOUNT = env.str("SLURM_ACCOUNT", default="")
+SLURM_QOS = env.str("SLURM_QOS", default="")
+SLURM_TIME_LIMIT = env.str("SLURM_TIME_LIMIT", default="24:00:00")
+SLURM_GPUS_PER_NODE = env.int("SLURM_GPUS_PER_NODE", default=8)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
