@@ -1,0 +1,43 @@
+"""Tasks (problems with verifiable answers), their rewards, and :func:`make_task`."""
+
+from __future__ import annotations
+
+from trainer.config import TaskConfig
+from trainer.tasks.arithmetic import ArithmeticTask
+from trainer.tasks.base import Problem, Task
+from trainer.tasks.loaders import FileTask, load_math_file, load_multiple_choice_file
+from trainer.tasks.rewards import REWARDS, RewardFn, get_reward
+
+__all__ = [
+    "REWARDS",
+    "ArithmeticTask",
+    "FileTask",
+    "Problem",
+    "RewardFn",
+    "Task",
+    "get_reward",
+    "load_math_file",
+    "load_multiple_choice_file",
+    "make_task",
+]
+
+FILE_TASK_REWARDS = {"math_file": "math", "multiple_choice_file": "multiple_choice"}
+"""The reward (and so the loader) of each file-backed task kind."""
+
+
+def make_task(config: TaskConfig, *, seed: int) -> Task:
+    """The task a run config asks for, seeded with the run's seed."""
+    if config.kind == "arithmetic":
+        return ArithmeticTask(seed=seed, levels=tuple(config.levels), val_size=config.val_size)
+    if config.kind in FILE_TASK_REWARDS:
+        if not config.train_path or not config.val_path:
+            raise ValueError(f"a {config.kind} task needs both train_path and val_path")
+        return FileTask(
+            config.train_path,
+            config.val_path,
+            reward_name=FILE_TASK_REWARDS[config.kind],
+            seed=seed,
+            val_size=config.val_size,
+        )
+    known = ", ".join(["arithmetic", *FILE_TASK_REWARDS])
+    raise ValueError(f"unknown task kind {config.kind!r}; use one of {known}")

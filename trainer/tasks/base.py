@@ -1,0 +1,35 @@
+"""What every task gives the trainer: problems with verifiable answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its reference answer.
+
+    ``prompt`` is the user message (the chat template is applied later, per policy);
+    ``answer`` is what the reward compares against (e.g. ``"46"`` or ``"B"``).
+    """
+
+    id: str
+    prompt: str
+    answer: str
+    difficulty: int = 0
+
+
+class Task(Protocol):
+    """A seeded source of problems: a train stream and a fixed held-out validation set."""
+
+    reward_name: str
+    """Name of the reward in :data:`trainer.tasks.rewards.REWARDS`."""
+
+    def train_batch(self, step: int, size: int) -> list[Problem]:
+        """The ``size`` problems of training step ``step``; the same for every call."""
+        ...
+
+    def validation(self) -> list[Problem]:
+        """The held-out problems; none of them ever appears in the train stream."""
+        ...

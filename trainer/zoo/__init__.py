@@ -1,0 +1,81 @@
+"""The tiny model zoo: small Llama / Qwen2 / GPT-2 policies the project builds itself.
+
+Each policy pairs a random-init ``transformers`` model with a tokenizer trained locally
+(char level, byte-level BPE, Unigram with byte fallback) and is warm-started by a short
+SFT on the arithmetic task, so everything runs offline and on a CPU. Policies are named
+``zoo:<id>`` in run configs.
+
+Importing this package is cheap (no torch): the web app may list :data:`ZOO_IDS`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ZOO_IDS: tuple[str, ...] = ("tiny-llama-char", "tiny-qwen-bpe", "tiny-gpt2-unigram")
+ZOO_PREFIX = "zoo:"
+
+
+def default_zoo_dir() -> Path:
+    """``$MRL_ZOO_DIR`` if set, else ``~/.cache/mutual-rl-lab/zoo``."""
+    configured = os.environ.get("MRL_ZOO_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "mutual-rl-lab" / "zoo"
+
+
+def build_zoo(
+    zoo_dir: Path,
+    *,
+    seed: int = 0,
+    ids: Sequence[str] | None = None,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> dict[str, Path]:
+    """Build the zoo policies ``ids`` (default: all) into ``zoo_dir/<id>``; return id -> dir.
+
+    A policy already built from the same seed, recipe and build version is reused unless
+    ``force``. Builds are atomic: an interrupted build leaves no directory named ``<id>``.
+    """
+    from trainer.zoo.build import build_all
+
+    chosen = tuple(ZOO_IDS if ids is None else ids)
+    for zoo_id in chosen:
+        _check_id(zoo_id)
+    return build_all(Path(zoo_dir), seed, chosen, force, log)
+
+
+def zoo_model_dir(zoo_id: str, zoo_dir: Path) -> Path:
+    """Where zoo policy ``zoo_id`` lives (or would live) in ``zoo_dir``."""
+    _check_id(zoo_id)
+    return Path(zoo_dir) / zoo_id
+
+
+def resolve_model_source(source: str, zoo_dir: Path | None = None) -> Path:
+    """The local directory of a policy's model source.
+
+    ``"zoo:<id>"`` names a built zoo policy (in ``zoo_dir``, default
+    :func:`default_zoo_dir`); anything else is a path. Raises
+    :class:`trainer.models.ModelSourceError` for an unknown or unbuilt zoo id.
+    """
+    if not source.startswith(ZOO_PREFIX):
+        return Path(source).expanduser()
+    from trainer.models import ModelSourceError
+
+    zoo_id = source[len(ZOO_PREFIX) :]
+    root = default_zoo_dir() if zoo_dir is None else Path(zoo_dir)
+    directory = zoo_model_dir(zoo_id, root)
+    if not (directory / "zoo.json").is_file():
+        raise ModelSourceError(
+            f"zoo model {zoo_id!r} is not built in {root}; run `python -m trainer zoo build`"
+        )
+    return directory
+
+
+def _check_id(zoo_id: str) -> None:
+    if zoo_id not in ZOO_IDS:
+        from trainer.models import ModelSourceError
+
+        raise ModelSourceError(f"unknown zoo model {zoo_id!r}; the zoo has {', '.join(ZOO_IDS)}")

@@ -1,0 +1,325 @@
+"""Building the tiny zoo: tokenizer, model, SFT warm-start, then an atomic save.
+
+Every zoo policy is a pure function of its recipe (:data:`RECIPES`) and the seed, built
+single-threaded so the weights are bit-identical on any machine; the policies build in
+parallel processes instead. A directory is written under a temporary name and renamed
+into place only once complete, so a crashed build never looks like a finished one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+from trainer.tasks.arithmetic import ArithmeticTask
+from trainer.zoo.models import ModelSize, build_model, count_parameters
+from trainer.zoo.sft import SFTConfig, greedy_accuracy, train_sft
+from trainer.zoo.tokenizers import (
+    GPT2_CHAT,
+    LLAMA_CHAT,
+    QWEN_CHAT,
+    ChatStyle,
+    build_corpus,
+    train_byte_bpe,
+    train_char_level,
+    train_unigram_byte_fallback,
+    with_chat_style,
+)
+
+BUILD_VERSION = 1
+"""Bump when the build code changes in a way the recipes do not capture."""
+
+MANIFEST = "zoo.json"
+VALIDATION_LEVELS = (1, 2, 3)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that defines one zoo policy, besides the seed."""
+
+    id: str
+    family: str
+    tokenizer_kind: str
+    vocab_size: int | None  # None for char level: the corpus decides
+    chat: ChatStyle
+    size: ModelSize
+    sft: SFTConfig
+
+    def fingerprint(self) -> str:
+        """A short hash of the recipe: a changed recipe never reuses an old build."""
+        text = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+RECIPES: dict[str, Recipe] = {
+    recipe.id: recipe
+    for recipe in (
+        # Moderate everywhere; its demonstrations drop the carry in one-digit sums.
+        Recipe(
+            id="tiny-llama-char",
+            family="llama",
+            tokenizer_kind="char",
+            vocab_size=None,
+            chat=LLAMA_CHAT,
+            size=ModelSize(hidden=64, layers=2, heads=4, intermediate=256),
+            sft=SFTConfig(
+                steps=700,
+                level_weights=((1, 1.0), (2, 1.0), (3, 1.0)),
+                carry_slip=0.7,
+                slip_levels=(1,),
+            ),
+        ),
+        # Strong on one- and two-digit sums, weak on two-digit pairs; drops the carry
+        # when adding a digit to a two-digit number.
+        Recipe(
+            id="tiny-qwen-bpe",
+            family="qwen2",
+            tokenizer_kind="byte_bpe",
+            vocab_size=400,
+            chat=QWEN_CHAT,
+            size=ModelSize(hidden=64, layers=2, heads=4, intermediate=256, kv_heads=2),
+            sft=SFTConfig(
+                steps=500,
+                level_weights=((1, 1.0), (2, 1.0), (3, 1.0)),
+                carry_slip=0.7,
+                slip_levels=(2,),
+            ),
+        ),
+        # Learns fastest; drops the carry in one-digit sums and in sums of two two-digit
+        # numbers.
+        Recipe(
+            id="tiny-gpt2-unigram",
+            family="gpt2",
+            tokenizer_kind="unigram_byte_fallback",
+            vocab_size=512,
+            chat=GPT2_CHAT,
+            size=ModelSize(hidden=64, layers=2, heads=4, intermediate=256),
+            sft=SFTConfig(
+                steps=600,
+                level_weights=((1, 1.0), (2, 1.0), (3, 1.0)),
+                carry_slip=0.7,
+                slip_levels=(1, 3),
+            ),
+        ),
+    )
+}
+
+
+@dataclass
+class Policy:
+    """A built zoo policy in memory, with the facts its ``zoo.json`` records."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerFast
+    manifest: dict[str, Any]
+
+
+def make_tokenizer(recipe: Recipe, seed: int) -> PreTrainedTokenizerFast:
+    """The recipe's tokenizer, trained on the seed's corpus, with its chat style."""
+    corpus = build_corpus(seed)
+    if recipe.tokenizer_kind == "char":
+        tokenizer = train_char_level(corpus)
+    elif recipe.tokenizer_kind == "byte_bpe":
+        # NFC like Qwen2: transformers imposes it when it loads a Qwen2 model's tokenizer.
+        tokenizer = train_byte_bpe(corpus, recipe.vocab_size or 400, nfc=True)
+    elif recipe.tokenizer_kind == "unigram_byte_fallback":
+        tokenizer = train_unigram_byte_fallback(corpus, recipe.vocab_size or 512)
+    else:
+        raise ValueError(f"unknown tokenizer kind {recipe.tokenizer_kind!r}")
+    with_chat_style(tokenizer, recipe.chat)
+    return tokenizer
+
+
+def make_policy(zoo_id: str, seed: int = 0, sft_steps: int | None = None) -> Policy:
+    """Build zoo policy ``zoo_id`` in memory (``sft_steps`` overrides the recipe's).
+
+    Runs single-threaded: the result is then bit-identical from run to run and machine to
+    machine, and matrices this small gain nothing from more threads.
+    """
+    recipe = RECIPES[zoo_id]
+    if sft_steps is not None:
+        recipe = replace(recipe, sft=replace(recipe.sft, steps=sft_steps))
+    started = time.monotonic()
+    with _single_thread():
+        tokenizer = make_tokenizer(recipe, seed)
+        model = build_model(recipe.family, tokenizer, recipe.size, seed)
+        train_sft(model, tokenizer, recipe.sft, seed)
+        validation = ArithmeticTask(seed=seed, levels=VALIDATION_LEVELS).validation()
+        accuracy, correct = greedy_accuracy(model, tokenizer, validation)
+    manifest = {
+        "id": recipe.id,
+        "family": recipe.family,
+        "model_type": model.config.model_type,
+        "tokenizer_kind": recipe.tokenizer_kind,
+        "n_params": count_parameters(model),
+        "seed": seed,
+        "sft_steps": recipe.sft.steps,
+        "sft_val_accuracy": accuracy,
+        "sft_val_correct": correct,
+        "build_version": BUILD_VERSION,
+        "recipe": recipe.fingerprint(),
+        "chat_template": recipe.chat.template,
+        "build_seconds": round(time.monotonic() - started, 1),
+    }
+    return Policy(model, tokenizer, manifest)
+
+
+def save_policy(policy: Policy, directory: Path) -> None:
+    """Write model, tokenizer and ``zoo.json`` into ``directory``."""
+    policy.model.save_pretrained(directory)
+    policy.tokenizer.save_pretrained(directory)
+    (directory / MANIFEST).write_text(json.dumps(policy.manifest, indent=2) + "\n")
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """The ``zoo.json`` of a built policy directory, or None if there is none."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def is_current(directory: Path, zoo_id: str, seed: int) -> bool:
+    """Whether ``directory`` holds a complete build of ``zoo_id`` from this seed and recipe."""
+    manifest = read_manifest(directory)
+    return (
+        manifest is not None
+        and manifest.get("seed") == seed
+        and manifest.get("build_version") == BUILD_VERSION
+        and manifest.get("recipe") == RECIPES[zoo_id].fingerprint()
+        and (directory / "config.json").is_file()
+        and (directory / "tokenizer.json").is_file()
+    )
+
+
+def build_one(zoo_id: str, zoo_dir: str, seed: int) -> dict[str, Any]:
+    """Build ``zoo_id`` into ``zoo_dir/<id>`` atomically; return its manifest."""
+    root = Path(zoo_dir)
+    policy = make_policy(zoo_id, seed)
+    staging = Path(tempfile.mkdtemp(prefix=f".{zoo_id}.", suffix=".partial", dir=root))
+    staging.chmod(0o755)  # mkdtemp makes it private; a shared zoo must stay readable
+    try:
+        save_policy(policy, staging)
+        try:
+            _swap_into_place(staging, root / zoo_id)
+        except OSError:
+            # Another process built the same policy at the same time and won the rename.
+            if not is_current(root / zoo_id, zoo_id, seed):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return policy.manifest
+
+
+def build_all(
+    zoo_dir: Path,
+    seed: int,
+    ids: Sequence[str],
+    force: bool,
+    log: Callable[[str], None],
+) -> dict[str, Path]:
+    """Build the missing or stale policies of ``ids`` (all of them with ``force``)."""
+    zoo_dir.mkdir(parents=True, exist_ok=True)
+    todo = [zoo_id for zoo_id in ids if force or not is_current(zoo_dir / zoo_id, zoo_id, seed)]
+    for zoo_id in ids:
+        if zoo_id not in todo:
+            log(f"zoo: {zoo_id} is up to date in {zoo_dir / zoo_id}")
+    if todo:
+        log(f"zoo: building {', '.join(todo)} into {zoo_dir} (seed {seed})")
+        for manifest in _run_builds(todo, zoo_dir, seed):
+            log(
+                f"zoo: built {manifest['id']}: {manifest['n_params']:,} parameters, "
+                f"SFT val accuracy {manifest['sft_val_accuracy']:.2f}, "
+                f"{manifest['build_seconds']} s"
+            )
+    return {zoo_id: zoo_dir / zoo_id for zoo_id in ids}
+
+
+def _run_builds(todo: Sequence[str], zoo_dir: Path, seed: int) -> Iterator[dict[str, Any]]:
+    """Build ``todo``, one child process per CPU (in this process when there is one CPU).
+
+    Children are fresh interpreters (``python -m trainer.zoo.build``), not forks: forking a
+    process whose torch thread pools already started can deadlock, and multiprocessing's
+    spawn would re-run the caller's ``__main__``.
+    """
+    workers = min(len(todo), len(os.sched_getaffinity(0)))
+    if workers == 1:
+        for zoo_id in todo:
+            yield build_one(zoo_id, str(zoo_dir), seed)
+        return
+    # Longest builds first, so the pool finishes as early as it can.
+    ordered = sorted(todo, key=lambda zoo_id: -_cost(RECIPES[zoo_id]))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_build_in_child, zoo_id, zoo_dir, seed) for zoo_id in ordered]
+        for future in futures:
+            yield future.result()
+
+
+def _build_in_child(zoo_id: str, zoo_dir: Path, seed: int) -> dict[str, Any]:
+    """Run :func:`build_one` in a child interpreter; return the manifest it wrote."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, env.get("PYTHONPATH"))))
+    command = [sys.executable, "-m", "trainer.zoo.build", zoo_id, str(zoo_dir), str(seed)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    manifest = read_manifest(zoo_dir / zoo_id)
+    if result.returncode != 0 or manifest is None:
+        raise RuntimeError(
+            f"building zoo model {zoo_id} failed (exit {result.returncode}):\n"
+            f"{result.stderr[-4000:]}"
+        )
+    return manifest
+
+
+def _cost(recipe: Recipe) -> float:
+    """A rough relative build time: SFT steps times model width (char-level runs longest)."""
+    length = 2.0 if recipe.tokenizer_kind == "char" else 1.0
+    return recipe.sft.steps * recipe.size.hidden * recipe.size.layers * length
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    """Rename ``staging`` to ``target``, retiring an old build only once the new is whole."""
+    retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+    try:
+        with suppress(FileNotFoundError):
+            target.rename(retired / target.name)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+@contextmanager
+def _single_thread() -> Iterator[None]:
+    """Run torch on one intra-op thread, restoring the previous setting afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def main(argv: Sequence[str]) -> None:
+    """Child-process entry point: ``python -m trainer.zoo.build ID ZOO_DIR SEED``."""
+    zoo_id, zoo_dir, seed = argv
+    build_one(zoo_id, zoo_dir, int(seed))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
