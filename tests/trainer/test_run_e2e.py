@@ -1,0 +1,144 @@
+"""The real entry point (`python -m trainer run`) on a pool of tiny zoo policies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer import metrics as m
+from trainer.spool import decode_value, read_points
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config(tmp_path: Path, **overrides: Any) -> Path:
+    data = json.loads((REPO / "examples/standalone.json").read_text())
+    data.update(overrides)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _trainer(
+    zoo_dir: Path, *args: str | Path, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *map(str, args)],
+        cwd=REPO,
+        env={**os.environ, "MRL_ZOO_DIR": str(zoo_dir)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _series(run_dir: Path) -> dict[tuple[str, str, int], float]:
+    """Every point except machine-speed timings, keyed like the ingestion API."""
+    series: dict[tuple[str, str, int], float] = {}
+    for point in read_points(run_dir):
+        if point["key"] in m.TIMING_KEYS:
+            continue
+        key = (point["policy"], point["key"], point["step"])
+        assert key not in series, f"duplicate point {key}"
+        series[key] = decode_value(point["value"])
+    return series
+
+
+@pytest.mark.slow
+def test_a_two_policy_pool_with_different_tokenizers_learns(zoo_dir: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = _trainer(zoo_dir, "run", "--config", _config(tmp_path), "--run-dir", run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    series = _series(run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    steps = config["steps"]
+    for policy in ("llama-char", "gpt2-unigram"):
+        start = series[(policy, m.VAL_REWARD_AT_1, 0)]
+        end = series[(policy, m.VAL_REWARD_AT_1, steps)]
+        assert end - start >= 0.08, f"{policy}: val/reward@1 {start:.3f} -> {end:.3f}"
+        for key in (m.TRAIN_REWARD_MEAN, m.PG_LOSS, m.KL_LOSS, m.ENTROPY, m.CLIP_FRAC, m.LR):
+            assert (policy, key, steps) in series
+    assert (m.POOL, m.TRAIN_REWARD_MEAN, steps) in series
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_reproduces_the_uninterrupted_run(
+    zoo_dir: Path, tmp_path: Path
+) -> None:
+    config = _config(tmp_path, steps=8, checkpoint_every=3, val_every=4)
+    straight = tmp_path / "straight"
+    result = _trainer(zoo_dir, "run", "--config", config, "--run-dir", straight)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "run", "--config", str(config), "--run-dir", str(killed)],
+        cwd=REPO,
+        env={**os.environ, "MRL_ZOO_DIR": str(zoo_dir)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    marker = killed / "checkpoints" / "step_000003" / "state.json"
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert process.poll() is None, "the run ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (killed / "checkpoints" / "step_000008").exists()
+
+    result = _trainer(zoo_dir, "run", "--config", config, "--run-dir", killed, "--resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    assert _series(killed) == _series(straight)
+
+
+def test_a_bad_config_fails_before_any_worker_starts(zoo_dir: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, steps=0)
+    result = _trainer(zoo_dir, "run", "--config", config, "--run-dir", tmp_path / "run")
+    assert result.returncode == 2
+    assert "steps: steps must be >= 1" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_model_path_names_the_policy_and_the_problem(zoo_dir: Path, tmp_path: Path) -> None:
+    data = json.loads((REPO / "examples/standalone.json").read_text())
+    data["pool"][1]["model"] = str(tmp_path / "nowhere")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(data))
+
+    result = _trainer(zoo_dir, "run", "--config", config, "--run-dir", tmp_path / "run")
+
+    assert result.returncode == 2
+    assert "pool[1] (gpt2-unigram):" in result.stderr
+    assert str(tmp_path / "nowhere") in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_dir_is_never_overwritten_without_resume(zoo_dir: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, steps=1, val_every=1)
+    run_dir = tmp_path / "run"
+    assert _trainer(zoo_dir, "run", "--config", config, "--run-dir", run_dir).returncode == 0
+
+    again = _trainer(zoo_dir, "run", "--config", config, "--run-dir", run_dir)
+
+    assert again.returncode == 2
+    assert "already holds a run; pass --resume" in again.stderr
+
+
+def test_validate_prints_the_normalised_config(zoo_dir: Path, tmp_path: Path) -> None:
+    result = _trainer(zoo_dir, "validate", "--config", _config(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["grpo"]["clip_eps"] == 0.2

@@ -1,0 +1,118 @@
+"""Checkpoints: every policy's weights, optimizer and RNG states, plus the spool cursor.
+
+Layout under the run directory::
+
+    checkpoints/step_000050/<policy>/model.safetensors, optimizer.pt, rng.pt
+    checkpoints/step_000050/state.json      # written last, by rank 0: "complete"
+
+A checkpoint counts only once ``state.json`` exists, so a job killed while saving
+resumes from the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """What rank 0 records once every policy has saved."""
+
+    step: int
+    spool_offsets: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "spool_offsets": self.spool_offsets}
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return run_dir / "checkpoints" / f"step_{step:06d}"
+
+
+def rng_state() -> dict[str, Any]:
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def save_policy(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Save one policy's weights, optimizer state and RNG states into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
+    # Tied weights share storage; safetensors refuses duplicates, so save each once.
+    seen: dict[int, str] = {}
+    unique = {}
+    for name, tensor in weights.items():
+        key = tensor.data_ptr()
+        if key in seen:
+            continue
+        seen[key] = name
+        unique[name] = tensor
+    save_file(unique, str(directory / "model.safetensors"))
+    torch.save(optimizer.state_dict(), directory / "optimizer.pt")
+    torch.save(rng_state(), directory / "rng.pt")
+
+
+def load_policy(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Restore what :func:`save_policy` wrote (weights, optimizer, RNG states)."""
+    weights = load_file(str(directory / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected:
+        raise RuntimeError(f"checkpoint {directory} has unknown tensors: {unexpected[:5]}")
+    tied = {name for name in missing if _is_tied(model, name)}
+    if set(missing) - tied:
+        raise RuntimeError(f"checkpoint {directory} lacks tensors: {sorted(set(missing) - tied)}")
+    optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=False))
+    set_rng_state(torch.load(directory / "rng.pt", weights_only=False))
+
+
+def _is_tied(model: torch.nn.Module, name: str) -> bool:
+    """True if parameter ``name`` shares storage with another (e.g. tied embeddings)."""
+    state = model.state_dict()
+    pointer = state[name].data_ptr()
+    return any(other != name and t.data_ptr() == pointer for other, t in state.items())
+
+
+def write_state(run_dir: Path, state: CheckpointState, *, keep_last: int = 2) -> None:
+    """Mark the checkpoint of ``state.step`` complete, then prune older ones."""
+    directory = checkpoint_dir(run_dir, state.step)
+    tmp = directory / f"{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(state.to_dict()))
+    os.replace(tmp, directory / STATE_FILE)
+    complete = complete_checkpoints(run_dir)
+    for old in complete[:-keep_last]:
+        shutil.rmtree(checkpoint_dir(run_dir, old.step), ignore_errors=True)
+
+
+def complete_checkpoints(run_dir: Path) -> list[CheckpointState]:
+    """Every complete checkpoint, oldest first."""
+    states = []
+    for state_file in sorted((run_dir / "checkpoints").glob(f"step_*/{STATE_FILE}")):
+        data = json.loads(state_file.read_text())
+        states.append(CheckpointState(step=int(data["step"]), spool_offsets=data["spool_offsets"]))
+    return sorted(states, key=lambda s: s.step)
+
+
+def latest_checkpoint(run_dir: Path) -> CheckpointState | None:
+    states = complete_checkpoints(run_dir)
+    return states[-1] if states else None

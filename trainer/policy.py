@@ -1,0 +1,380 @@
+"""One policy of the pool: model, reference, tokenizer, optimizer, and its update.
+
+The update is plumbing around the pure functions of :mod:`trainer.core`. What it trains
+on is a :class:`LearnerBatch` that the sharing regime assembles: the policy's own
+rollouts, possibly peer rollouts (PRP, with per-token importance weights) and an
+auxiliary NLL set (SGT).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from trainer import metrics as m
+from trainer.batch import build_sequences
+from trainer.chat import format_prompt
+from trainer.config import GRPOConfig, PolicyConfig
+from trainer.core import ADVANTAGE_ESTIMATORS, entropy_from_logits, policy_loss, token_log_probs
+from trainer.models import load_causal_lm, load_tokenizer
+from trainer.rollout import HFRolloutEngine, RolloutBatch
+from trainer.tasks import Problem
+from trainer.tasks.rewards import RewardFn
+
+
+@dataclass
+class Rollouts:
+    """A step's rollouts for one policy, scored: ``G`` samples per prompt, prompt-major."""
+
+    problems: list[Problem]
+    prompt_texts: list[str]
+    batch: RolloutBatch
+    rewards: torch.Tensor  # [B * G]
+    group_size: int
+    success_threshold: float
+
+    @property
+    def successes(self) -> torch.Tensor:
+        """``[B * G]`` bool: reward reached the success threshold."""
+        return self.rewards >= self.success_threshold
+
+    def rows_of(self, prompt_index: int) -> range:
+        """Sample indices of prompt ``prompt_index``."""
+        return range(prompt_index * self.group_size, (prompt_index + 1) * self.group_size)
+
+
+@dataclass
+class LearnerBatch:
+    """What a policy optimises at one step.
+
+    ``token_weights[i]`` is None for on-policy samples and, for an off-policy (peer)
+    sample, one weight per response token that multiplies its surrogate (PRP's truncated
+    importance weight). ``aux_*`` is a set of sequences trained with a token-mean NLL of
+    weight ``aux_coef`` (SGT); empty, it changes nothing.
+    """
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    advantages: torch.Tensor  # [N]
+    token_weights: list[list[float] | None] = field(default_factory=list)
+    aux_prompt_ids: list[list[int]] = field(default_factory=list)
+    aux_response_ids: list[list[int]] = field(default_factory=list)
+    aux_coef: float = 0.0
+
+    @classmethod
+    def on_policy(cls, rollouts: Rollouts, advantages: torch.Tensor) -> LearnerBatch:
+        batch = rollouts.batch
+        return cls(
+            prompt_ids=batch.prompt_ids,
+            response_ids=batch.response_ids,
+            advantages=advantages,
+            token_weights=[None] * len(batch),
+        )
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+
+class Policy:
+    """A policy worker's model state and its training step."""
+
+    def __init__(
+        self,
+        config: PolicyConfig,
+        grpo: GRPOConfig,
+        *,
+        model_dir: object,
+        tokenizer_dir: object,
+        reward_fn: RewardFn,
+        success_threshold: float = 1.0,
+    ) -> None:
+        self.config = config
+        self.grpo = grpo
+        self.reward_fn = reward_fn
+        self.success_threshold = success_threshold
+        self.tokenizer = load_tokenizer(tokenizer_dir)  # type: ignore[arg-type]
+        self.model = load_causal_lm(model_dir, config.dtype)  # type: ignore[arg-type]
+        # Dropout off, as in every RL fine-tuning recipe: rollouts, old log-probs and the
+        # update must see the same function. Gradients flow in eval mode all the same.
+        self.model.eval()
+        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, weight_decay=grpo.weight_decay
+        )
+        self.engine = HFRolloutEngine(self.model, self.tokenizer)
+        self.pad_id = self.engine.pad_id
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def prompt_texts(self, problems: Sequence[Problem]) -> list[str]:
+        return [
+            format_prompt(self.tokenizer, p.prompt, self.config.chat_template) for p in problems
+        ]
+
+    def encode_response(self, text: str, *, with_eos: bool = True) -> list[int]:
+        """``text`` as this policy's response ids (THL's text path for whole texts)."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return [*ids, self.tokenizer.eos_token_id] if with_eos else ids
+
+    # --- rollouts -----------------------------------------------------------------------
+    def rollout(self, problems: list[Problem]) -> Rollouts:
+        """Sample G responses per problem and score them."""
+        texts = self.prompt_texts(problems)
+        batch = self.engine.generate(
+            texts,
+            n=self.config.group_size,
+            max_new_tokens=self.config.max_new_tokens,
+            temperature=self.config.temperature,
+        )
+        g = self.config.group_size
+        rewards = self.reward_fn(
+            [t for t in texts for _ in range(g)],
+            batch.response_texts,
+            [p.answer for p in problems for _ in range(g)],
+        )
+        return Rollouts(
+            problems,
+            texts,
+            batch,
+            torch.tensor(rewards, dtype=torch.float32),
+            g,
+            self.success_threshold,
+        )
+
+    def advantages(self, rollouts: Rollouts) -> torch.Tensor:
+        """GRPO advantages [B * G], one per response (the same on all its tokens)."""
+        estimator = ADVANTAGE_ESTIMATORS.get(self.grpo.advantage_estimator)
+        grouped = rollouts.rewards.view(-1, rollouts.group_size)
+        return estimator(grouped, eps=self.grpo.adv_eps).reshape(-1)
+
+    def rollout_metrics(self, rollouts: Rollouts) -> dict[str, float]:
+        lengths = [len(ids) for ids in rollouts.batch.response_ids]
+        return {
+            m.TRAIN_REWARD_MEAN: float(rollouts.rewards.mean()),
+            m.TRAIN_ACCURACY: float(rollouts.successes.float().mean()),
+            m.RESPONSE_LENGTH_MEAN: sum(lengths) / len(lengths),
+            m.RESPONSE_LENGTH_MAX: float(max(lengths)),
+        }
+
+    @torch.no_grad()
+    def response_logprobs(
+        self, prompt_ids: list[list[int]], response_ids: list[list[int]]
+    ) -> list[list[float]]:
+        """Per response token, its log-prob under the current policy."""
+        input_ids, attention_mask, response_mask = build_sequences(
+            prompt_ids, response_ids, self.pad_id
+        )
+        logp = self._log_probs(self.model, input_ids, attention_mask)
+        return [logp[row][response_mask[row].bool()].tolist() for row in range(len(response_ids))]
+
+    @torch.no_grad()
+    def validate(self, problems: list[Problem], batch_size: int = 64) -> float:
+        """``val/reward@1``: mean reward of one greedy sample per held-out problem."""
+        rewards: list[float] = []
+        for start in range(0, len(problems), batch_size):
+            chunk = problems[start : start + batch_size]
+            texts = self.prompt_texts(chunk)
+            out = self.engine.generate(
+                texts, n=1, max_new_tokens=self.config.max_new_tokens, temperature=1.0, greedy=True
+            )
+            rewards += self.reward_fn(texts, out.response_texts, [p.answer for p in chunk])
+        return sum(rewards) / len(rewards)
+
+    # --- the update ---------------------------------------------------------------------
+    def train_step(self, batch: LearnerBatch) -> dict[str, float]:
+        """Optimise the GRPO objective (plus the batch's extras); return actor metrics."""
+        input_ids, attention_mask, response_mask = build_sequences(
+            batch.prompt_ids, batch.response_ids, self.pad_id
+        )
+        advantages = batch.advantages[:, None].expand_as(response_mask)
+        weights = self._token_weights(batch, response_mask)
+        old_logp = self._log_probs(self.model, input_ids, attention_mask)
+        ref_logp = (
+            self._log_probs(self.reference, input_ids, attention_mask)
+            if self.grpo.kl_coef > 0
+            else None
+        )
+        aux = (
+            build_sequences(batch.aux_prompt_ids, batch.aux_response_ids, self.pad_id)
+            if batch.aux_response_ids and batch.aux_coef > 0
+            else None
+        )
+
+        totals = dict.fromkeys(("pg_loss", "kl_loss", "entropy", "clip_frac", "grad_norm"), 0.0)
+        totals["aux_nll"] = 0.0
+        updates = 0
+        bounds = _split_bounds(len(batch), self.grpo.mini_batches)
+        for _ in range(self.grpo.epochs):
+            for start, stop in bounds:
+                rows = slice(start, stop)
+                stats = self._update(
+                    input_ids[rows],
+                    attention_mask[rows],
+                    response_mask[rows],
+                    old_logp[rows],
+                    None if ref_logp is None else ref_logp[rows],
+                    advantages[rows],
+                    None if weights is None else weights[rows],
+                    aux,
+                    batch.aux_coef,
+                )
+                for key, value in stats.items():
+                    totals[key] += value
+                updates += 1
+        result = {
+            m.PG_LOSS: totals["pg_loss"] / updates,
+            m.KL_LOSS: totals["kl_loss"] / updates,
+            m.KL_COEF: self.grpo.kl_coef,
+            m.ENTROPY: totals["entropy"] / updates,
+            m.CLIP_FRAC: totals["clip_frac"] / updates,
+            m.GRAD_NORM: totals["grad_norm"] / updates,
+            m.LR: self.optimizer.param_groups[0]["lr"],
+        }
+        if aux is not None:
+            result[m.SGT_NLL] = totals["aux_nll"] / updates
+        return result
+
+    def _token_weights(
+        self, batch: LearnerBatch, response_mask: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``[N, L-1]`` surrogate weights: 1 on own tokens, the given ones on peer tokens."""
+        if all(w is None for w in batch.token_weights):
+            return None
+        weights = torch.ones_like(response_mask)
+        for row, row_weights in enumerate(batch.token_weights):
+            if row_weights is None:
+                continue
+            positions = response_mask[row].nonzero().squeeze(-1)
+            if len(row_weights) != len(positions):
+                raise ValueError(
+                    f"sample {row}: {len(row_weights)} token weights for {len(positions)} tokens"
+                )
+            weights[row, positions] = torch.tensor(row_weights, dtype=weights.dtype)
+        return weights
+
+    def _update(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+        old_logp: torch.Tensor,
+        ref_logp: torch.Tensor | None,
+        advantages: torch.Tensor,
+        token_weights: torch.Tensor | None,
+        aux: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+        aux_coef: float,
+    ) -> dict[str, float]:
+        """One optimizer step on a mini-batch, accumulated over micro-batches.
+
+        Each micro-batch's aggregated loss is weighted by its share of the mini-batch's
+        tokens (token-mean) or sequences (seq-mean-token-mean), so the gradient equals
+        that of the loss aggregated over the whole mini-batch. An auxiliary NLL set adds
+        ``aux_coef`` times its token-mean NLL to every optimizer step.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.grpo.loss_agg == "token-mean":
+            weights = response_mask.sum(dim=1)
+        else:
+            weights = (response_mask.sum(dim=1) > 0).float()
+        total_weight = float(weights.sum())
+        stats = dict.fromkeys(("pg_loss", "kl_loss", "entropy", "clip_frac", "aux_nll"), 0.0)
+        for rows in self._micro_batches(input_ids.shape[0]):
+            share = float(weights[rows].sum()) / total_weight
+            if share == 0.0:
+                continue
+            logits, targets, width = self._forward(
+                self.model, input_ids[rows], attention_mask[rows]
+            )
+            logp = token_log_probs(logits, targets)
+            out = policy_loss(
+                logp=logp,
+                old_logp=old_logp[rows, : width - 1],
+                ref_logp=None if ref_logp is None else ref_logp[rows, : width - 1],
+                advantages=advantages[rows, : width - 1],
+                mask=response_mask[rows, : width - 1],
+                entropy=entropy_from_logits(logits),
+                clip_eps=self.grpo.clip_eps,
+                kl_coef=self.grpo.kl_coef,
+                kl_clamp=self.grpo.kl_clamp,
+                entropy_coef=self.grpo.entropy_coef,
+                agg=self.grpo.loss_agg,
+                kl_estimator=self.grpo.kl_estimator,
+                token_weights=None if token_weights is None else token_weights[rows, : width - 1],
+            )
+            (out.loss * share).backward()
+            stats["pg_loss"] += out.pg_loss.item() * share
+            stats["kl_loss"] += out.kl_loss.item() * share
+            stats["entropy"] += out.entropy.item() * share
+            stats["clip_frac"] += out.clip_frac.item() * share
+        if aux is not None:
+            stats["aux_nll"] = self._aux_nll_backward(*aux, coef=aux_coef)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grpo.max_grad_norm)
+        stats["grad_norm"] = float(grad_norm)
+        if math.isfinite(stats["grad_norm"]):
+            self.optimizer.step()
+        return stats
+
+    def _aux_nll_backward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        coef: float,
+    ) -> float:
+        """Backward ``coef`` x token-mean NLL of the auxiliary responses; return the NLL."""
+        total_tokens = float(response_mask.sum())
+        nll_total = 0.0
+        for rows in self._micro_batches(input_ids.shape[0]):
+            logits, targets, width = self._forward(
+                self.model, input_ids[rows], attention_mask[rows]
+            )
+            mask = response_mask[rows, : width - 1]
+            nll_sum = -(token_log_probs(logits, targets) * mask).sum()
+            (coef * nll_sum / total_tokens).backward()
+            nll_total += nll_sum.item()
+        return nll_total / total_tokens
+
+    def _micro_batches(self, n: int) -> list[slice]:
+        size = self.config.micro_batch_size
+        return [slice(start, start + size) for start in range(0, n, size)]
+
+    @staticmethod
+    def _forward(
+        model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Logits ``[n, w-1, V]`` (float32) predicting ``targets [n, w-1]``; trims padding."""
+        width = int(attention_mask.sum(dim=1).max())
+        logits = model(
+            input_ids=input_ids[:, :width], attention_mask=attention_mask[:, :width]
+        ).logits[:, :-1]
+        return logits.float(), input_ids[:, 1:width], width
+
+    @torch.no_grad()
+    def _log_probs(
+        self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-token log-probs [N, L-1] of ``input_ids[:, 1:]`` under ``model``."""
+        out = torch.zeros((input_ids.shape[0], input_ids.shape[1] - 1), dtype=torch.float32)
+        for rows in self._micro_batches(input_ids.shape[0]):
+            logits, targets, width = self._forward(model, input_ids[rows], attention_mask[rows])
+            out[rows, : width - 1] = token_log_probs(logits, targets)
+        return out
+
+
+def _split_bounds(n: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous, near-equal ``[start, stop)`` ranges covering ``range(n)``."""
+    base, extra = divmod(n, parts)
+    bounds, start = [], 0
+    for index in range(parts):
+        stop = start + base + (1 if index < extra else 0)
+        if stop > start:
+            bounds.append((start, stop))
+        start = stop
+    return bounds

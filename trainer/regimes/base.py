@@ -1,0 +1,60 @@
+"""The interface every sharing regime implements (SPEC section 4).
+
+A regime is a strategy with two hooks around the Shared Experience Exchange:
+
+1. :meth:`Regime.publish` — after its rollouts, a policy publishes typed topics (only
+   what the regime needs crosses processes; the exchange rejects undeclared topics);
+2. :meth:`Regime.learn` — with the peers' publications in hand, it assembles the
+   :class:`~trainer.policy.LearnerBatch` its policy trains on, the transfer events of
+   every crossing, and the regime's metrics.
+
+Adding a regime is one module with a :class:`Regime` subclass and one registry line in
+:mod:`trainer.regimes`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from trainer.config import RunConfig
+from trainer.exchange import StepRecord
+from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.spool import Event
+
+
+@dataclass
+class RegimeStep:
+    """What a regime hands back for one policy at one step."""
+
+    batch: LearnerBatch
+    events: list[Event] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Regime(ABC):
+    """A sharing regime, instantiated once per policy worker."""
+
+    name: ClassVar[str]
+    topics: ClassVar[dict[str, type]] = {}
+    """Topic name -> payload type that this regime publishes through the exchange."""
+
+    def __init__(
+        self, config: RunConfig, learner: str, tokenizer_dirs: dict[str, Path] | None = None
+    ) -> None:
+        self.config = config
+        self.learner = learner
+        self.tokenizer_dirs = dict(tokenizer_dirs or {})
+        """Every pool policy's tokenizer directory, for regimes that decode peers' ids."""
+
+    def publish(self, policy: Policy, rollouts: Rollouts, step: int) -> dict[str, Any]:
+        """The topics this policy publishes at ``step`` (default: nothing)."""
+        return {}
+
+    @abstractmethod
+    def learn(
+        self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
+    ) -> RegimeStep:
+        """The batch to train on, given the other policies' records of this step."""

@@ -1,0 +1,210 @@
+"""``prp``: Peer Rollout Pooling (SPEC 4.1), data level.
+
+Learner m's group for prompt x is its own G rollouts plus up to ``k_peer`` peer rollouts
+(drawn without replacement from all peers' rollouts of x, seeded by run seed, step,
+learner and prompt), each retokenized into m's tokenizer by THL's text path. Advantages
+are computed over the pooled (ragged) group. Peer tokens are off-policy: their surrogate
+is the learner's own ratio ``pi_theta / pi_old_m`` times the truncated importance weight
+``w_t = min(pi_old_m(t) / mu_peer(t), c_bar)``, where ``mu_peer`` is the peer's behaviour
+probability moved onto m's tokens by THL's trace path. ``prp.is_correction = false``
+gives naive pooling (``w_t = 1``), the paper's ablation.
+
+What crosses: per rollout its token ids, behaviour log-probs and reward (the learner
+loads the source's tokenizer to decode them).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from trainer import metrics as m
+from trainer.config import RunConfig
+from trainer.core import grpo_advantages_from_groups
+from trainer.exchange import StepRecord
+from trainer.models import load_tokenizer
+from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.regimes.base import Regime, RegimeStep
+from trainer.spool import make_event
+from trainer.thl import align_response_logprobs
+
+ROLLOUTS_TOPIC = "rollouts"
+
+
+@dataclass(frozen=True)
+class PublishedRollout:
+    """One rollout as it crosses to peers."""
+
+    prompt_id: str
+    response_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    """Behaviour log-prob of each response token under the source policy."""
+    reward: float
+
+
+@dataclass
+class PeerSample:
+    """A peer rollout on the learner's tokens."""
+
+    source: str
+    prompt_index: int
+    prompt_id: str
+    response_ids: list[int]
+    behaviour_logp: list[float]
+    reward: float
+    residual_span_frac: float
+    mass_error: float
+
+
+def truncated_is_weights(
+    learner_logp: list[float], behaviour_logp: list[float], c_bar: float, correction: bool
+) -> list[float]:
+    """``w_t = min(pi_old_m(t) / mu_peer(t), c_bar)`` per token, or 1 without correction."""
+    if not correction:
+        return [1.0] * len(learner_logp)
+    return [
+        min(math.exp(min(old - mu, 50.0)), c_bar)
+        for old, mu in zip(learner_logp, behaviour_logp, strict=True)
+    ]
+
+
+def choose_peer_rollouts(
+    candidates: list[tuple[str, PublishedRollout]], k: int, rng: random.Random
+) -> list[tuple[str, PublishedRollout]]:
+    """Up to ``k`` of ``candidates`` without replacement, in a seeded order."""
+    return rng.sample(candidates, min(k, len(candidates)))
+
+
+class PRP(Regime):
+    name = "prp"
+    topics = {ROLLOUTS_TOPIC: list}
+
+    def __init__(
+        self, config: RunConfig, learner: str, tokenizer_dirs: dict[str, Path] | None = None
+    ) -> None:
+        super().__init__(config, learner, tokenizer_dirs)
+        self._tokenizers: dict[str, PreTrainedTokenizerBase] = {}
+
+    def _tokenizer(self, policy_name: str) -> PreTrainedTokenizerBase:
+        if policy_name not in self._tokenizers:
+            self._tokenizers[policy_name] = load_tokenizer(self.tokenizer_dirs[policy_name])
+        return self._tokenizers[policy_name]
+
+    def publish(self, policy: Policy, rollouts: Rollouts, step: int) -> dict[str, Any]:
+        batch = rollouts.batch
+        logprobs = policy.response_logprobs(batch.prompt_ids, batch.response_ids)
+        rewards = rollouts.rewards.tolist()
+        published = [
+            PublishedRollout(
+                prompt_id=rollouts.problems[i // rollouts.group_size].id,
+                response_ids=tuple(batch.response_ids[i]),
+                logprobs=tuple(logprobs[i]),
+                reward=rewards[i],
+            )
+            for i in range(len(batch))
+        ]
+        return {ROLLOUTS_TOPIC: published}
+
+    def learn(
+        self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
+    ) -> RegimeStep:
+        samples = self._peer_samples(policy, rollouts, peers, step)
+        own = rollouts.batch
+        g = rollouts.group_size
+        prompt_ids = list(own.prompt_ids) + [own.prompt_ids[s.prompt_index * g] for s in samples]
+        response_ids = list(own.response_ids) + [s.response_ids for s in samples]
+        rewards = torch.cat([rollouts.rewards, torch.tensor([s.reward for s in samples])])
+        groups = torch.tensor([i // g for i in range(len(own))] + [s.prompt_index for s in samples])
+        advantages = grpo_advantages_from_groups(rewards, groups, eps=self.config.grpo.adv_eps)
+
+        learner_logp = policy.response_logprobs(prompt_ids[len(own) :], response_ids[len(own) :])
+        weights = [
+            truncated_is_weights(
+                old, s.behaviour_logp, self.config.prp.c_bar, self.config.prp.is_correction
+            )
+            for old, s in zip(learner_logp, samples, strict=True)
+        ]
+        batch = LearnerBatch(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids,
+            advantages=advantages,
+            token_weights=[None] * len(own) + list(weights),
+        )
+        return RegimeStep(
+            batch, self._events(samples, weights, step), self._metrics(samples, weights)
+        )
+
+    def _peer_samples(
+        self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
+    ) -> list[PeerSample]:
+        by_prompt: dict[str, list[tuple[str, PublishedRollout]]] = {}
+        for peer in peers:
+            for published in peer.topics[ROLLOUTS_TOPIC]:
+                by_prompt.setdefault(published.prompt_id, []).append((peer.policy, published))
+        samples: list[PeerSample] = []
+        for index, problem in enumerate(rollouts.problems):
+            rng = random.Random(f"prp-{self.config.seed}-{step}-{self.learner}-{problem.id}")
+            chosen = choose_peer_rollouts(
+                by_prompt.get(problem.id, []), self.config.prp.k_peer, rng
+            )
+            for source, published in chosen:
+                retokenized, alignment = align_response_logprobs(
+                    self._tokenizer(source),
+                    published.response_ids,
+                    published.logprobs,
+                    policy.tokenizer,
+                )
+                if not retokenized.target_ids:
+                    continue  # an empty response has no token to learn from
+                samples.append(
+                    PeerSample(
+                        source=source,
+                        prompt_index=index,
+                        prompt_id=problem.id,
+                        response_ids=retokenized.target_ids,
+                        behaviour_logp=alignment.target_values,
+                        reward=published.reward,
+                        residual_span_frac=alignment.residual_span_frac,
+                        mass_error=alignment.mass_error,
+                    )
+                )
+        return samples
+
+    def _events(
+        self, samples: list[PeerSample], weights: list[list[float]], step: int
+    ) -> list[dict[str, Any]]:
+        grouped: dict[tuple[str, str], list[float]] = {}
+        counts: dict[tuple[str, str], int] = {}
+        for sample, sample_weights in zip(samples, weights, strict=True):
+            key = (sample.source, sample.prompt_id)
+            grouped.setdefault(key, []).extend(sample_weights)
+            counts[key] = counts.get(key, 0) + 1
+        return [
+            make_event(
+                step, source, self.learner, "rollout", prompt_id, counts[(source, prompt_id)],
+                sum(w) / len(w) if w else None,
+            )
+            for (source, prompt_id), w in grouped.items()
+        ]  # fmt: skip
+
+    def _metrics(self, samples: list[PeerSample], weights: list[list[float]]) -> dict[str, float]:
+        flat = [w for sample_weights in weights for w in sample_weights]
+        c_bar = self.config.prp.c_bar
+        metrics = {m.PRP_PEER_SAMPLES: float(len(samples))}
+        if flat:
+            metrics[m.PRP_IS_WEIGHT_MEAN] = sum(flat) / len(flat)
+            metrics[m.PRP_IS_WEIGHT_CLIPPED_FRAC] = (
+                sum(w >= c_bar for w in flat) / len(flat) if self.config.prp.is_correction else 0.0
+            )
+        if samples:
+            metrics[m.THL_RESIDUAL_SPAN_FRAC] = sum(s.residual_span_frac for s in samples) / len(
+                samples
+            )
+            metrics[m.THL_MASS_ERROR] = sum(s.mass_error for s in samples) / len(samples)
+        return metrics

@@ -1,0 +1,109 @@
+"""``sgt``: Success-Gated Transfer (SPEC 4.3), outcome level.
+
+Rescue set of learner m at a step: the prompts where all of m's G rollouts failed and at
+least one peer rollout succeeded. For each, up to ``k_sgt`` verified peer successes
+(shortest text first, ties by source name) are retokenized into m's tokenizer (text
+path: the response text re-encoded, plus m's EOS, after m's own chat-formatted prompt)
+and trained with an auxiliary token-mean NLL:
+``L_m = L_GRPO + lambda_sgt * L_NLL(rescued)``. With an empty rescue set the batch is
+exactly GRPO's. Only success texts cross, and only for prompts a policy solved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainer import metrics as m
+from trainer.exchange import StepRecord
+from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.regimes.base import Regime, RegimeStep
+from trainer.spool import make_event
+
+SUCCESSES_TOPIC = "successes"
+
+
+@dataclass(frozen=True)
+class Rescue:
+    """One peer success chosen for the learner."""
+
+    prompt_index: int
+    prompt_id: str
+    source: str
+    text: str
+
+
+def shortest_successes(rollouts: Rollouts, k: int) -> dict[str, list[str]]:
+    """Per solved prompt id, up to ``k`` successful response texts, shortest first."""
+    published: dict[str, list[str]] = {}
+    texts = rollouts.batch.response_texts
+    successes = rollouts.successes.tolist()
+    for index, problem in enumerate(rollouts.problems):
+        solved = sorted({texts[i] for i in rollouts.rows_of(index) if successes[i]}, key=len)
+        if solved:
+            published[problem.id] = solved[:k]
+    return published
+
+
+def rescue_set(
+    rollouts: Rollouts, peer_successes: dict[str, dict[str, list[str]]], k: int
+) -> tuple[list[Rescue], int]:
+    """The chosen rescues and the number of prompts where the learner failed all G.
+
+    ``peer_successes`` maps source policy -> prompt id -> success texts.
+    """
+    successes = rollouts.successes.tolist()
+    rescues: list[Rescue] = []
+    failed_all = 0
+    for index, problem in enumerate(rollouts.problems):
+        if any(successes[i] for i in rollouts.rows_of(index)):
+            continue
+        failed_all += 1
+        candidates = sorted(
+            (
+                (len(text), source, text)
+                for source, by_prompt in peer_successes.items()
+                for text in by_prompt.get(problem.id, [])
+            ),
+        )
+        rescues += [Rescue(index, problem.id, source, text) for _, source, text in candidates[:k]]
+    return rescues, failed_all
+
+
+class SGT(Regime):
+    name = "sgt"
+    topics = {SUCCESSES_TOPIC: dict}
+
+    def publish(self, policy: Policy, rollouts: Rollouts, step: int) -> dict[str, Any]:
+        return {SUCCESSES_TOPIC: shortest_successes(rollouts, self.config.sgt.k_sgt)}
+
+    def learn(
+        self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
+    ) -> RegimeStep:
+        peer_successes = {peer.policy: peer.topics[SUCCESSES_TOPIC] for peer in peers}
+        rescues, failed_all = rescue_set(rollouts, peer_successes, self.config.sgt.k_sgt)
+        batch = LearnerBatch.on_policy(rollouts, policy.advantages(rollouts))
+        if rescues:
+            group = rollouts.group_size
+            batch.aux_prompt_ids = [
+                rollouts.batch.prompt_ids[r.prompt_index * group] for r in rescues
+            ]
+            batch.aux_response_ids = [policy.encode_response(r.text) for r in rescues]
+            batch.aux_coef = self.config.sgt.lambda_sgt
+        counts: dict[tuple[str, str], int] = {}
+        for rescue in rescues:
+            key = (rescue.source, rescue.prompt_id)
+            counts[key] = counts.get(key, 0) + 1
+        events = [
+            make_event(step, source, self.learner, "success", prompt_id, count)
+            for (source, prompt_id), count in counts.items()
+        ]
+        rescued_prompts = len({r.prompt_id for r in rescues})
+        return RegimeStep(
+            batch,
+            events,
+            {
+                m.SGT_RESCUE_SET_SIZE: float(rescued_prompts),
+                m.SGT_RESCUE_RATE: rescued_prompts / failed_all if failed_all else 0.0,
+            },
+        )

@@ -1,0 +1,16 @@
+"""``standalone``: plain GRPO, nothing crosses between policies (the baseline)."""
+
+from __future__ import annotations
+
+from trainer.exchange import StepRecord
+from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.regimes.base import Regime, RegimeStep
+
+
+class Standalone(Regime):
+    name = "standalone"
+
+    def learn(
+        self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
+    ) -> RegimeStep:
+        return RegimeStep(LearnerBatch.on_policy(rollouts, policy.advantages(rollouts)))

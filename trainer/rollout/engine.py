@@ -1,0 +1,123 @@
+"""The rollout interface and its HF ``generate`` implementation (batched, KV cache)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass
+class RolloutBatch:
+    """``n`` samples per prompt, sample-major within a prompt: index = prompt * n + j.
+
+    ``response_ids`` stop after the first EOS (kept: the policy learns to stop) or at
+    ``max_new_tokens``; ``response_texts`` are decoded without special tokens.
+    """
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    response_texts: list[str]
+    finished: list[bool]
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+
+class RolloutEngine(Protocol):
+    """What the trainer needs from a generator; a vLLM engine implements the same."""
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        greedy: bool = False,
+    ) -> RolloutBatch:
+        """``n`` responses to each prompt (already chat-formatted text)."""
+        ...
+
+    def sync_weights(self) -> None:
+        """Make the engine sample from the trainer's current weights."""
+        ...
+
+
+class HFRolloutEngine:
+    """Generation with the training model itself through ``model.generate``.
+
+    Prompts are left-padded into one batch; sampling uses torch's global RNG, so a run
+    is reproducible from its seed and the RNG state saved in checkpoints.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no EOS token; generation could not stop")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+
+    def sync_weights(self) -> None:
+        """Nothing to do: this engine generates with the training model's weights."""
+
+    def encode_prompts(self, prompts: Sequence[str]) -> list[list[int]]:
+        return [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        greedy: bool = False,
+    ) -> RolloutBatch:
+        prompt_ids = self.encode_prompts(prompts)
+        width = max(len(ids) for ids in prompt_ids)
+        input_ids = torch.full((len(prompt_ids), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, ids in enumerate(prompt_ids):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=not greedy,
+            temperature=None if greedy else temperature,
+            top_k=None if greedy else 0,
+            top_p=None if greedy else 1.0,
+            num_return_sequences=1 if greedy else n,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.pad_id,
+            use_cache=True,
+        )
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            output = self.model.generate(
+                input_ids=input_ids.to(self.model.device),
+                attention_mask=attention_mask.to(self.model.device),
+                generation_config=config,
+            )
+        finally:
+            self.model.train(was_training)
+        samples = 1 if greedy else n
+        generated = output[:, width:].tolist()
+        responses: list[list[int]] = []
+        finished: list[bool] = []
+        for ids in generated:
+            if self.tokenizer.eos_token_id in ids:
+                ids = ids[: ids.index(self.tokenizer.eos_token_id) + 1]
+                finished.append(True)
+            else:
+                finished.append(False)
+            responses.append(ids)
+        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        repeated_prompts = [ids for ids in prompt_ids for _ in range(samples)]
+        return RolloutBatch(repeated_prompts, responses, texts, finished)

@@ -1,0 +1,318 @@
+"""A training run: pre-flight checks, the run directory, and one worker per policy.
+
+``launch`` either spawns one local process per policy (the CLI on a laptop or a single
+node) or, under ``torchrun``/``srun``, runs this process's worker (rank and world size
+from the environment). Workers meet in torch.distributed (gloo) and step in lockstep
+through the Shared Experience Exchange; rank 0 writes the spool and ships it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from trainer import metrics as m
+from trainer.checkpoint import (
+    CheckpointState,
+    checkpoint_dir,
+    latest_checkpoint,
+    load_policy,
+    save_policy,
+    write_state,
+)
+from trainer.config import RunConfig
+from trainer.exchange import SharedExperienceExchange, StepRecord
+from trainer.models import ModelSourceError, check_model_source
+from trainer.policy import Policy
+from trainer.regimes import Regime, make_regime
+from trainer.shipper import Shipper
+from trainer.spool import Spool, SpoolOffsets, make_point
+from trainer.tasks import Problem, Task, get_reward, make_task
+from trainer.zoo import resolve_model_source
+
+log = logging.getLogger("trainer.run")
+
+
+class RunSetupError(RuntimeError):
+    """The run cannot start; the message says why and how to fix it."""
+
+
+@dataclass
+class RunOptions:
+    """Everything a worker needs, resolved before any worker starts."""
+
+    config: RunConfig
+    run_dir: Path
+    steps: int
+    resume: bool
+    model_dirs: dict[str, tuple[Path, Path]]
+    """Policy name -> (model directory, tokenizer directory)."""
+    ingest_url: str | None = None
+    token: str | None = None
+    ship_timeout_s: float = 60.0
+
+
+def resolve_models(config: RunConfig, zoo_dir: Path | None) -> dict[str, tuple[Path, Path]]:
+    """Resolve and check every policy's model and tokenizer; report all problems at once."""
+    resolved: dict[str, tuple[Path, Path]] = {}
+    problems: list[str] = []
+    for index, policy in enumerate(config.pool):
+        try:
+            model_dir = resolve_model_source(policy.model, zoo_dir)
+            tokenizer_dir = (
+                resolve_model_source(policy.tokenizer, zoo_dir) if policy.tokenizer else model_dir
+            )
+            check_model_source(model_dir, tokenizer_dir)
+        except ModelSourceError as exc:
+            problems.append(f"pool[{index}] ({policy.name}): {exc}")
+            continue
+        resolved[policy.name] = (model_dir, tokenizer_dir)
+    if problems:
+        raise RunSetupError("cannot load the pool's models:\n  " + "\n  ".join(problems))
+    return resolved
+
+
+def prepare_run_dir(run_dir: Path, config: RunConfig, *, resume: bool) -> None:
+    """Create ``run_dir`` with ``config.json``, or check it matches when resuming."""
+    config_file = run_dir / "config.json"
+    if resume:
+        if not config_file.exists():
+            raise RunSetupError(f"--resume: {run_dir} holds no run (no config.json)")
+        stored = json.loads(config_file.read_text())
+        if stored != config.to_dict():
+            raise RunSetupError(
+                f"--resume: the config differs from {config_file}; resume with the run's own "
+                "config (or start a new --run-dir)"
+            )
+        return
+    if latest_checkpoint(run_dir) is not None or (run_dir / "metrics.jsonl").exists():
+        raise RunSetupError(
+            f"{run_dir} already holds a run; pass --resume to continue it or choose a new --run-dir"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(config.to_json())
+
+
+def launch(options: RunOptions) -> None:
+    """Run every worker: spawned here, or this process's one under torchrun/srun."""
+    world_size = len(options.config.pool)
+    env_rank = _distributed_rank_from_env()
+    if env_rank is not None:
+        rank, env_world = env_rank
+        if env_world != world_size:
+            raise RunSetupError(
+                f"the launcher started {env_world} processes but the pool has {world_size} "
+                "policies; start one process per policy"
+            )
+        run_worker(rank, world_size, options)
+        return
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(_free_port())
+    if world_size == 1:
+        run_worker(0, 1, options)
+    else:
+        mp.start_processes(
+            _spawned_worker, args=(world_size, options), nprocs=world_size, start_method="spawn"
+        )
+
+
+def _spawned_worker(rank: int, world_size: int, options: RunOptions) -> None:
+    logging.basicConfig(level=logging.INFO, format=f"[rank {rank}] %(levelname)s %(message)s")
+    run_worker(rank, world_size, options)
+
+
+def _distributed_rank_from_env() -> tuple[int, int] | None:
+    """(rank, world size) under torchrun (RANK/WORLD_SIZE) or a multi-task srun step."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if "SLURM_STEP_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+            raise RunSetupError("under srun, set MASTER_ADDR and MASTER_PORT (the job script does)")
+        return int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def run_worker(rank: int, world_size: int, options: RunOptions) -> None:
+    """The training loop of policy ``rank``."""
+    config = options.config
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    if not dist.is_initialized():
+        dist.init_process_group(
+            "gloo", rank=rank, world_size=world_size, timeout=timedelta(minutes=30)
+        )
+    try:
+        _train(rank, config, options)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
+    policy_config = config.pool[rank]
+    _seed_everything(config.seed * 1000 + rank)
+    task = make_task(config.task, seed=config.seed)
+    model_dir, tokenizer_dir = options.model_dirs[policy_config.name]
+    policy = Policy(
+        policy_config,
+        config.grpo,
+        model_dir=model_dir,
+        tokenizer_dir=tokenizer_dir,
+        reward_fn=get_reward(task.reward_name),
+        success_threshold=config.success_threshold,
+    )
+    tokenizer_dirs = {name: dirs[1] for name, dirs in options.model_dirs.items()}
+    regime = make_regime(config, policy.name, tokenizer_dirs)
+    exchange = SharedExperienceExchange(topics=regime.topics)
+    spool = Spool(options.run_dir) if rank == 0 else None
+
+    start_step = 1
+    latest = latest_checkpoint(options.run_dir) if options.resume else None
+    if latest is not None:
+        load_policy(
+            checkpoint_dir(options.run_dir, latest.step) / policy.name,
+            policy.model,
+            policy.optimizer,
+        )
+        if spool is not None:
+            spool.truncate(SpoolOffsets.from_dict(latest.spool_offsets))
+        start_step = latest.step + 1
+        log.info("%s resumed from the checkpoint of step %d", policy.name, latest.step)
+    shipper = _start_shipper(options) if rank == 0 else None  # after the spool's truncation
+
+    validation = task.validation()
+    try:
+        if start_step == 1:
+            record = StepRecord(
+                policy.name, 0, (), {m.VAL_REWARD_AT_1: policy.validate(validation)}
+            )
+            _write_records(spool, exchange.exchange(record))
+        for step in range(start_step, options.steps + 1):
+            record = _step(policy, regime, exchange, task, config, step, options.steps, validation)
+            _write_records(spool, exchange.exchange(record))
+            if shipper is not None:
+                shipper.set_status("running", f"step {step}/{options.steps}")
+            if step % config.checkpoint_every == 0 or step == options.steps:
+                _checkpoint(options.run_dir, step, policy, exchange, spool)
+    except BaseException as exc:
+        if shipper is not None:
+            shipper.set_status("failed", f"{type(exc).__name__}: {exc}"[:500])
+            shipper.stop(timeout=min(options.ship_timeout_s, 10.0))
+        raise
+    if shipper is not None:
+        shipper.set_status("completed", f"step {options.steps}/{options.steps}")
+        if not shipper.stop(timeout=options.ship_timeout_s):
+            log.warning("not every metric was shipped; `python -m trainer ship` sends the rest")
+
+
+def _step(
+    policy: Policy,
+    regime: Regime,
+    exchange: SharedExperienceExchange,
+    task: Task,
+    config: RunConfig,
+    step: int,
+    total_steps: int,
+    validation: list[Problem],
+) -> StepRecord:
+    """One step of one policy: roll out, exchange experience, update; its metrics record."""
+    started = time.perf_counter()
+    problems = task.train_batch(step, config.prompts_per_step)
+    prompt_ids = tuple(p.id for p in problems)
+    rollouts = policy.rollout(problems)
+    generated = time.perf_counter()
+    published = StepRecord(
+        policy.name, step, prompt_ids, topics=regime.publish(policy, rollouts, step)
+    )
+    peers = [r for r in exchange.exchange(published) if r.policy != policy.name]
+    learned = regime.learn(policy, rollouts, peers, step)
+    exchanged = time.perf_counter()
+    metrics = policy.rollout_metrics(rollouts) | policy.train_step(learned.batch) | learned.metrics
+    finished = time.perf_counter()
+    response_tokens = sum(len(ids) for ids in rollouts.batch.response_ids)
+    metrics |= {
+        m.STEP_S: finished - started,
+        m.GENERATE_S: generated - started,
+        m.EXCHANGE_S: exchanged - generated,
+        m.TRAIN_S: finished - exchanged,
+        m.TOKENS_PER_S: response_tokens / max(finished - started, 1e-9),
+    }
+    if step % config.val_every == 0 or step == total_steps:
+        metrics[m.VAL_REWARD_AT_1] = policy.validate(validation)
+    return StepRecord(policy.name, step, prompt_ids, metrics, events=learned.events)
+
+
+def _write_records(spool: Spool | None, records: list[StepRecord]) -> None:
+    """Rank 0: every policy's metrics and events, plus pool aggregates under ``_pool``."""
+    if spool is None:
+        return
+    events = [event for record in records for event in record.events]
+    if events:
+        spool.append_events(events)
+    now = time.time()
+    step = records[0].step
+    points = [
+        make_point(r.policy, key, r.step, value, wall_time=now)
+        for r in records
+        for key, value in r.metrics.items()
+    ]
+    for key, reduce in (
+        (m.TRAIN_REWARD_MEAN, _mean),
+        (m.VAL_REWARD_AT_1, _mean),
+        (m.STEP_S, max),
+    ):
+        values = [r.metrics[key] for r in records if key in r.metrics]
+        if values:
+            points.append(make_point(m.POOL, key, step, reduce(values), wall_time=now))
+    spool.append_points(points)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _checkpoint(
+    run_dir: Path,
+    step: int,
+    policy: Policy,
+    exchange: SharedExperienceExchange,
+    spool: Spool | None,
+) -> None:
+    save_policy(checkpoint_dir(run_dir, step) / policy.name, policy.model, policy.optimizer)
+    exchange.barrier()  # every policy saved before the checkpoint is marked complete
+    if spool is not None:
+        spool.sync()
+        write_state(run_dir, CheckpointState(step=step, spool_offsets=spool.offsets().to_dict()))
+    exchange.barrier()
+
+
+def _start_shipper(options: RunOptions) -> Shipper | None:
+    if not options.ingest_url:
+        return None
+    if not options.token:
+        raise RunSetupError("--ingest-url needs a run token (--token or MRL_INGEST_TOKEN)")
+    shipper = Shipper(options.run_dir, options.ingest_url, options.token)
+    shipper.start()
+    return shipper
