@@ -1,5 +1,5 @@
 # The two commands of the README's Quick start, plus lint.
-.PHONY: demo test lint
+.PHONY: demo test lint bench
 
 demo:  ## set up .venv and serve the app with the embedded demo on http://127.0.0.1:8000
 	bash scripts/demo
@@ -9,3 +9,8 @@ test:  ## set up .venv, start Postgres/Redis/Slurm if needed, run ruff and the w
 
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+bench:  ## the benchmarks of bench/ (figures go into bench/RESULTS.md by hand)
+	PYTHONPATH=. .venv/bin/python bench/trainer_step.py
+	PYTHONPATH=. .venv/bin/python bench/thl_throughput.py
+	PYTHONPATH=. .venv/bin/python bench/regimes.py

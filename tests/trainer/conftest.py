@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.trainer.ingest_server import Ingest, serve_ingest
 from trainer.zoo import build_zoo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,3 +25,9 @@ def zoo_dir() -> Path:
     root = Path(configured).expanduser() if configured else REPO / "var" / "test" / "zoo"
     build_zoo(root, seed=0)
     return root
+
+
+@pytest.fixture
+def ingest() -> Iterator[Ingest]:
+    """A running stand-in for the web app's ingestion API (tests/trainer/ingest_server.py)."""
+    yield from serve_ingest()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.trainer.ingest_server import TOKEN, Ingest
 from trainer import metrics as m
 from trainer.spool import decode_value, read_points
 
@@ -142,3 +143,24 @@ def test_validate_prints_the_normalised_config(zoo_dir: Path, tmp_path: Path) ->
     result = _trainer(zoo_dir, "validate", "--config", _config(tmp_path))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["grpo"]["clip_eps"] == 0.2
+
+
+def test_a_run_ships_its_spool_to_the_ingestion_api(
+    zoo_dir: Path, tmp_path: Path, ingest: Ingest
+) -> None:
+    ingest.state.script.extend([503, 503])  # the web app is briefly unavailable
+    config = _config(tmp_path, steps=2, val_every=2, checkpoint_every=2)
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", "run", "--config", str(config), "--run-dir",
+         str(run_dir), "--ingest-url", ingest.url],
+        cwd=REPO,
+        env={**os.environ, "MRL_ZOO_DIR": str(zoo_dir), "MRL_INGEST_TOKEN": TOKEN},
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert TOKEN not in result.stderr
+
+    spooled = {(p["policy"], p["key"], p["step"]) for p in read_points(run_dir)}
+    assert set(ingest.state.points) == spooled
+    assert ingest.state.statuses[-1]["state"] == "completed"

@@ -22,7 +22,6 @@ Properties checked (``text`` drawn over whitespace, ASCII, accents, CJK and emoj
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 
@@ -30,35 +29,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders
-from transformers import PreTrainedTokenizerFast
 
+from tests.trainer.tokenizer_kinds import KINDS, zoo
 from trainer.thl import align_response_logprobs, token_char_spans
 from trainer.thl.spans import BYTE_LEVEL_SYMBOLS, decoder_spans, prefix_spans
-from trainer.zoo.tokenizers import (
-    build_corpus,
-    train_byte_bpe,
-    train_char_level,
-    train_unigram_byte_fallback,
-    train_wordpiece,
-)
 
-KINDS = ("byte_bpe", "unigram", "char", "wordpiece")
 ALPHABET = " \n\tabcdeHTxyz0123456789+-=*/.,!?'\"(){}[]\\<>_|#éïçñüßÅΩ数学很有趣一二🙂🚀🦀🎉Ġ"
 TEXTS = st.text(alphabet=st.sampled_from(ALPHABET), max_size=60)
 LOG_PROBS = st.floats(min_value=-40.0, max_value=-1e-3, allow_nan=False)
-
-
-@functools.cache
-def zoo(kind: str) -> PreTrainedTokenizerFast:
-    """One trained tokenizer of each kind, shared by the whole session."""
-    corpus = build_corpus(0)
-    trainers = {
-        "byte_bpe": train_byte_bpe,
-        "unigram": train_unigram_byte_fallback,
-        "char": train_char_level,
-        "wordpiece": train_wordpiece,
-    }
-    return trainers[kind](corpus)
 
 
 def squash(text: str) -> str:
