@@ -12,6 +12,7 @@ import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -87,8 +88,8 @@ class Policy:
         config: PolicyConfig,
         grpo: GRPOConfig,
         *,
-        model_dir: object,
-        tokenizer_dir: object,
+        model_dir: Path,
+        tokenizer_dir: Path,
         reward_fn: RewardFn,
         success_threshold: float = 1.0,
     ) -> None:
@@ -96,8 +97,8 @@ class Policy:
         self.grpo = grpo
         self.reward_fn = reward_fn
         self.success_threshold = success_threshold
-        self.tokenizer = load_tokenizer(tokenizer_dir)  # type: ignore[arg-type]
-        self.model = load_causal_lm(model_dir, config.dtype)  # type: ignore[arg-type]
+        self.tokenizer = load_tokenizer(tokenizer_dir)
+        self.model = load_causal_lm(model_dir, config.dtype)
         # Dropout off, as in every RL fine-tuning recipe: rollouts, old log-probs and the
         # update must see the same function. Gradients flow in eval mode all the same.
         self.model.eval()
