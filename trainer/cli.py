@@ -81,7 +81,14 @@ def _load_config(path: Path) -> RunConfig:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from trainer.run import RunOptions, RunSetupError, launch, prepare_run_dir, resolve_models
+    from trainer.run import (
+        RunOptions,
+        RunSetupError,
+        distributed_rank_from_env,
+        launch,
+        prepare_run_dir,
+        resolve_models,
+    )
     from trainer.zoo import default_zoo_dir
 
     config = _load_config(args.config)
@@ -91,7 +98,9 @@ def _run(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("MRL_INGEST_TOKEN")
     try:
         model_dirs = resolve_models(config, args.zoo_dir or default_zoo_dir())
-        prepare_run_dir(args.run_dir, config, resume=args.resume)
+        env_rank = distributed_rank_from_env()
+        if env_rank is None or env_rank[0] == 0:  # under torchrun/srun, rank 0 prepares it
+            prepare_run_dir(args.run_dir, config, resume=args.resume)
         options = RunOptions(
             config=config,
             run_dir=args.run_dir.resolve(),
@@ -103,9 +112,9 @@ def _run(args: argparse.Namespace) -> int:
         )
         if args.ingest_url and not token:
             raise RunSetupError("--ingest-url needs a run token (--token or MRL_INGEST_TOKEN)")
+        launch(options)
     except RunSetupError as exc:
         raise UserFacingError(str(exc)) from exc
-    launch(options)
     return 0
 
 

@@ -108,7 +108,7 @@ def prepare_run_dir(run_dir: Path, config: RunConfig, *, resume: bool) -> None:
 def launch(options: RunOptions) -> None:
     """Run every worker: spawned here, or this process's one under torchrun/srun."""
     world_size = len(options.config.pool)
-    env_rank = _distributed_rank_from_env()
+    env_rank = distributed_rank_from_env()
     if env_rank is not None:
         rank, env_world = env_rank
         if env_world != world_size:
@@ -133,7 +133,7 @@ def _spawned_worker(rank: int, world_size: int, options: RunOptions) -> None:
     run_worker(rank, world_size, options)
 
 
-def _distributed_rank_from_env() -> tuple[int, int] | None:
+def distributed_rank_from_env() -> tuple[int, int] | None:
     """(rank, world size) under torchrun (RANK/WORLD_SIZE) or a multi-task srun step."""
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -164,3 +165,37 @@ def test_a_run_ships_its_spool_to_the_ingestion_api(
     spooled = {(p["policy"], p["key"], p["step"]) for p in read_points(run_dir)}
     assert set(ingest.state.points) == spooled
     assert ingest.state.statuses[-1]["state"] == "completed"
+
+
+@pytest.mark.slow
+def test_torchrun_starts_one_worker_per_policy(zoo_dir: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, steps=2, val_every=2, checkpoint_every=2, prompts_per_step=8)
+    run_dir = tmp_path / "run"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_addr", "127.0.0.1", "--master_port", port,
+         "-m", "trainer", "run", "--config", str(config),
+         "--run-dir", str(run_dir)],
+        cwd=REPO, env={**os.environ, "MRL_ZOO_DIR": str(zoo_dir)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    series = _series(run_dir)
+    for policy in ("llama-char", "gpt2-unigram"):
+        assert (policy, m.PG_LOSS, 2) in series
+        assert (policy, m.VAL_REWARD_AT_1, 2) in series
+
+
+def test_a_pool_larger_than_the_torchrun_world_is_refused(zoo_dir: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", "run", "--config", str(_config(tmp_path)),
+         "--run-dir", str(tmp_path / "run")],
+        cwd=REPO,
+        env={**os.environ, "MRL_ZOO_DIR": str(zoo_dir), "RANK": "0", "WORLD_SIZE": "3"},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "started 3 processes but the pool has 2 policies" in result.stderr
