@@ -32,7 +32,6 @@ class Rollouts:
     """A step's rollouts for one policy, scored: ``G`` samples per prompt, prompt-major."""
 
     problems: list[Problem]
-    prompt_texts: list[str]
     batch: RolloutBatch
     rewards: torch.Tensor  # [B * G]
     group_size: int
@@ -141,7 +140,6 @@ class Policy:
         )
         return Rollouts(
             problems,
-            texts,
             batch,
             torch.tensor(rewards, dtype=torch.float32),
             g,

@@ -37,7 +37,7 @@ def _rollouts(rewards: list[list[float]], texts: list[list[str]] | None = None) 
         finished=[True] * len(flat_texts),
     )
     flat = torch.tensor([r for row in rewards for r in row])
-    return Rollouts(problems, ["prompt"] * len(problems), batch, flat, group, 1.0)
+    return Rollouts(problems, batch, flat, group, 1.0)
 
 
 def _config(regime: str, **sections: dict[str, object]) -> RunConfig:
