@@ -3,6 +3,8 @@
 Layout under the run directory::
 
     checkpoints/step_000050/<policy>/model.safetensors, optimizer.pt, rng.pt
+    checkpoints/step_000050/<policy>/worker.pt  # counters, ReMix replay and reincarnation
+    checkpoints/step_000050/<policy>/reference.safetensors  # only once ReMix reincarnated
     checkpoints/step_000050/state.json      # written last, by rank 0: "complete"
 
 A checkpoint counts only once ``state.json`` exists, so a job killed while saving
@@ -24,6 +26,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 STATE_FILE = "state.json"
+WORKER_STATE_FILE = "worker.pt"
+REFERENCE_FILE = "reference.safetensors"
 
 
 @dataclass(frozen=True)
@@ -55,9 +59,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
 
 
-def save_policy(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Save one policy's weights, optimizer state and RNG states into ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
+def save_weights(path: Path, model: torch.nn.Module) -> None:
+    """Save ``model``'s weights to ``path`` (safetensors; tied tensors once)."""
     weights = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
     # Tied weights share storage; safetensors refuses duplicates, so save each once.
     seen: dict[int, str] = {}
@@ -68,22 +71,45 @@ def save_policy(directory: Path, model: torch.nn.Module, optimizer: torch.optim.
             continue
         seen[key] = name
         unique[name] = tensor
-    save_file(unique, str(directory / "model.safetensors"))
+    save_file(unique, str(path))
+
+
+def load_weights(path: Path, model: torch.nn.Module) -> None:
+    """Load what :func:`save_weights` wrote into ``model``."""
+    weights = load_file(str(path))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected:
+        raise RuntimeError(f"checkpoint {path} has unknown tensors: {unexpected[:5]}")
+    tied = {name for name in missing if _is_tied(model, name)}
+    if set(missing) - tied:
+        raise RuntimeError(f"checkpoint {path} lacks tensors: {sorted(set(missing) - tied)}")
+
+
+def save_policy(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Save one policy's weights, optimizer state and RNG states into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    save_weights(directory / "model.safetensors", model)
     torch.save(optimizer.state_dict(), directory / "optimizer.pt")
     torch.save(rng_state(), directory / "rng.pt")
 
 
 def load_policy(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Restore what :func:`save_policy` wrote (weights, optimizer, RNG states)."""
-    weights = load_file(str(directory / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if unexpected:
-        raise RuntimeError(f"checkpoint {directory} has unknown tensors: {unexpected[:5]}")
-    tied = {name for name in missing if _is_tied(model, name)}
-    if set(missing) - tied:
-        raise RuntimeError(f"checkpoint {directory} lacks tensors: {sorted(set(missing) - tied)}")
+    load_weights(directory / "model.safetensors", model)
     optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=False))
     set_rng_state(torch.load(directory / "rng.pt", weights_only=False))
+
+
+def save_worker_state(directory: Path, state: dict[str, Any]) -> None:
+    """Save a worker's own state besides the model (counters, ReMix's replay, ...)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save(state, directory / WORKER_STATE_FILE)
+
+
+def load_worker_state(directory: Path) -> dict[str, Any] | None:
+    """What :func:`save_worker_state` wrote, or None for a checkpoint without it."""
+    path = directory / WORKER_STATE_FILE
+    return torch.load(path, weights_only=False) if path.exists() else None
 
 
 def _is_tied(model: torch.nn.Module, name: str) -> bool:

@@ -25,9 +25,27 @@ LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 KL_ESTIMATORS = ("k3",)
 ADVANTAGE_ESTIMATORS = ("grpo",)
 REGIMES = ("standalone", "prp", "xgrpo", "sgt")
-OFF_POLICY = ("none",)
+OFF_POLICY = ("none", "remix")
 TASK_KINDS = ("arithmetic", "math_file", "multiple_choice_file")
 MAX_POOL = 8
+REFLECTION_MARKERS = (
+    "verify",
+    "re-examine",
+    "double-check",
+    "why",
+    "root cause",
+    "validate",
+    "question",
+    "check",
+    "but",
+    "wait",
+    "confirm",
+    "scrutinize",
+    "analyze",
+    "investigate",
+    "probe",
+)
+"""SPEC 5's default self-reflection markers (after the ReMix evaluation code)."""
 
 
 class ConfigError(ValueError):
@@ -139,6 +157,57 @@ class SGTConfig:
 
 
 @dataclass
+class RemixConfig:
+    """ReMix off-policy reuse (SPEC 5), per policy when ``off_policy`` is ``"remix"``.
+
+    Defaults are the SPEC's. The clip range of the mix-policy surrogate is
+    ``grpo.clip_eps`` and the weight of the KL-convex constraint is ``grpo.kl_coef``.
+    ``reflection_markers`` also serve ``response/self_reflection_rate``, which every run
+    logs.
+    """
+
+    replay_versions: int = field(
+        default=2, metadata={"help": "N: replay keeps the rollouts of the last N policy versions"}
+    )
+    replay_fraction: float = field(
+        default=0.4,
+        metadata={
+            "help": "p: share of each batch's prompts taken from the replay (fresh "
+            "prompts per step: round((1 - p) x prompts_per_step)); in [0, 1)"
+        },
+    )
+    updates_per_batch: int = field(
+        default=2, metadata={"help": "m (UTD): passes of gradient updates over each batch"}
+    )
+    c_bar: float = field(
+        default=1.0,
+        metadata={"help": "V-trace truncation of replayed advantages: A x min(q_t, c_bar)"},
+    )
+    kl_lambda_start: int = field(
+        default=50, metadata={"help": "lambda(t) = 1 up to this step, then it decays"}
+    )
+    kl_lambda_decay: float = field(
+        default=0.1, metadata={"help": "lambda(t) drops by this much every kl_lambda_every steps"}
+    )
+    kl_lambda_every: int = field(default=10, metadata={"help": "Steps per lambda(t) decrement"})
+    kl_lambda_floor: float = field(default=0.5, metadata={"help": "Lower bound of lambda(t)"})
+    reincarnation_step: int | None = field(
+        default=50,
+        metadata={
+            "help": "T: after this step the reference becomes the current policy, the "
+            "replay is dropped and training is plain on-policy GRPO; null: never"
+        },
+    )
+    reflection_markers: list[str] = field(
+        default_factory=lambda: list(REFLECTION_MARKERS),
+        metadata={
+            "help": "Words/phrases counted by response/self_reflection_rate (whole words, "
+            "case-insensitive)"
+        },
+    )
+
+
+@dataclass
 class RunConfig:
     """One run: a pool of policies, a regime, a task, a schedule and a seed."""
 
@@ -146,6 +215,7 @@ class RunConfig:
     name: str = field(default="run", metadata={"help": "Run name (letters, digits, _ . -)"})
     regime: str = field(default="standalone", metadata={"help": f"One of {REGIMES}"})
     off_policy: str = field(default="none", metadata={"help": f"One of {OFF_POLICY}"})
+    remix: RemixConfig = field(default_factory=RemixConfig)
     prp: PRPConfig = field(default_factory=PRPConfig)
     xgrpo: XGRPOConfig = field(default_factory=XGRPOConfig)
     sgt: SGTConfig = field(default_factory=SGTConfig)
@@ -330,6 +400,7 @@ class RunConfig:
                 f"regime {self.regime!r} shares experience between policies: add a second "
                 "policy, or use regime 'standalone'",
             )
+        self._validate_remix(check)
         check(self.steps >= 1, "steps", "steps must be >= 1")
         check(self.prompts_per_step >= 1, "prompts_per_step", "prompts_per_step must be >= 1")
         check(self.val_every >= 1, "val_every", "val_every must be >= 1")
@@ -337,6 +408,83 @@ class RunConfig:
         check(self.seed >= 0, "seed", "seed must be >= 0")
         if errors:
             raise ConfigError(errors)
+
+    def _validate_remix(self, check: typing.Callable[[bool, str, str], None]) -> None:
+        """The ``remix`` section; its cross-field rules apply when ``off_policy`` is remix.
+
+        ReMix combines with every regime: the replay holds only the learner's own
+        rollouts (whose behaviour policy is one of its own past versions), while peer
+        rollouts (PRP) and rescued successes (SGT) are used at the step they cross, as
+        without ReMix. Not supported: ``grpo.epochs`` > 1, since ``remix.updates_per_batch``
+        is ReMix's number of passes over a batch and two such knobs would multiply.
+        """
+        remix = self.remix
+        check(
+            remix.replay_versions >= 1,
+            "remix.replay_versions",
+            f"replay_versions (N) must be >= 1; got {remix.replay_versions}",
+        )
+        check(
+            math.isfinite(remix.replay_fraction) and 0 <= remix.replay_fraction < 1,
+            "remix.replay_fraction",
+            f"replay_fraction (p) must be in [0, 1); got {remix.replay_fraction}",
+        )
+        check(
+            remix.updates_per_batch >= 1,
+            "remix.updates_per_batch",
+            f"updates_per_batch (m) must be >= 1; got {remix.updates_per_batch}",
+        )
+        check(_positive(remix.c_bar), "remix.c_bar", f"c_bar must be > 0; got {remix.c_bar}")
+        check(
+            remix.kl_lambda_start >= 0,
+            "remix.kl_lambda_start",
+            f"kl_lambda_start must be >= 0; got {remix.kl_lambda_start}",
+        )
+        check(
+            _non_negative(remix.kl_lambda_decay),
+            "remix.kl_lambda_decay",
+            f"kl_lambda_decay must be >= 0; got {remix.kl_lambda_decay}",
+        )
+        check(
+            remix.kl_lambda_every >= 1,
+            "remix.kl_lambda_every",
+            f"kl_lambda_every must be >= 1; got {remix.kl_lambda_every}",
+        )
+        check(
+            math.isfinite(remix.kl_lambda_floor) and 0 <= remix.kl_lambda_floor <= 1,
+            "remix.kl_lambda_floor",
+            f"kl_lambda_floor must be in [0, 1]; got {remix.kl_lambda_floor}",
+        )
+        check(
+            remix.reincarnation_step is None or remix.reincarnation_step >= 1,
+            "remix.reincarnation_step",
+            "reincarnation_step must be >= 1 (or null to never reincarnate); "
+            f"got {remix.reincarnation_step}",
+        )
+        check(
+            bool(remix.reflection_markers)
+            and all(marker.strip() for marker in remix.reflection_markers),
+            "remix.reflection_markers",
+            "reflection_markers must be a non-empty list of non-blank words or phrases",
+        )
+        if self.off_policy != "remix":
+            return
+        fresh = remix_fresh_prompts(self.prompts_per_step, remix.replay_fraction)
+        if 0 <= remix.replay_fraction < 1 and self.prompts_per_step >= 1:
+            check(
+                fresh >= 1,
+                "remix.replay_fraction",
+                f"with prompts_per_step = {self.prompts_per_step}, replay_fraction "
+                f"{remix.replay_fraction} leaves no fresh prompt per step; lower it or raise "
+                "prompts_per_step",
+            )
+        check(
+            self.grpo.epochs == 1,
+            "grpo.epochs",
+            f"with off_policy 'remix', remix.updates_per_batch sets the passes over each "
+            f"batch; set grpo.epochs to 1 (got {self.grpo.epochs}) and use "
+            "remix.updates_per_batch instead",
+        )
 
     def policy(self, name: str) -> PolicyConfig:
         for policy in self.pool:
@@ -346,6 +494,11 @@ class RunConfig:
 
 
 # --- helpers ----------------------------------------------------------------------------
+def remix_fresh_prompts(prompts_per_step: int, replay_fraction: float) -> int:
+    """Fresh prompts per ReMix step: the batch's other share ``p`` comes from the replay."""
+    return round((1.0 - replay_fraction) * prompts_per_step)
+
+
 def _name_help(name: str) -> str:
     return (
         f"{name!r} is not a valid name: use 1-64 letters, digits, '_', '.' or '-', "

@@ -48,3 +48,29 @@ SGT_RESCUE_RATE = "sgt/rescue_rate"
 SGT_NLL = "sgt/nll"
 THL_RESIDUAL_SPAN_FRAC = "thl/residual_span_frac"
 THL_MASS_ERROR = "thl/mass_error"
+
+# --- efficiency and behaviour, every run (SPEC 5) ---------------------------------------
+ROLLOUTS_TOTAL = "perf/rollouts_total"
+"""Fresh training rollouts this policy has generated so far (validation excluded)."""
+RESPONSE_TOKENS_TOTAL = "perf/response_tokens_total"
+"""Response tokens of those rollouts so far: efficiency in tokens, not only rollouts."""
+SELF_REFLECTION_RATE = "response/self_reflection_rate"
+"""Share of the step's fresh responses with at least one reflection marker (whole words,
+case-insensitive; ``remix.reflection_markers``)."""
+
+# --- ReMix off-policy reuse (SPEC 5), when off_policy is "remix" ----------------------
+REMIX_IS_RATIO_MEAN = "remix/is_ratio_mean"
+"""Mean of ``pi_theta(t) / pi_behaviour(t)`` over the batch's response tokens, as each
+update's forward pass sees it (exactly 1 on fresh tokens at the first update)."""
+REMIX_IS_RATIO_MAX = "remix/is_ratio_max"
+REMIX_OFFPOLICY_FRAC = "remix/offpolicy_frac"
+"""Replayed samples / (replayed + own fresh samples) in the batch; 0 after reincarnation."""
+REMIX_KL_BASE = "remix/kl_base"
+"""Token-mean k3 ``KL(pi_theta || pi_base)``, pi_base the reference (the initial policy)."""
+REMIX_KL_PREV = "remix/kl_prev"
+"""Token-mean k3 ``KL(pi_theta || pi_prev)``, pi_prev the policy before this batch's
+updates (the behaviour policy of its fresh samples)."""
+REMIX_LAMBDA = "remix/lambda"
+"""lambda(t) of the KL-convex constraint at this step."""
+REMIX_REPLAY_SIZE = "remix/replay_size"
+"""Samples held by the replay after this step (0 after reincarnation)."""

@@ -3,7 +3,9 @@
 The update is plumbing around the pure functions of :mod:`trainer.core`. What it trains
 on is a :class:`LearnerBatch` that the sharing regime assembles: the policy's own
 rollouts, possibly peer rollouts (PRP, with per-token importance weights) and an
-auxiliary NLL set (SGT).
+auxiliary NLL set (SGT). Under ReMix (SPEC 5) the batch also carries replayed samples
+with their behaviour log-probs, and :meth:`Policy.train_step_remix` optimises the
+mix-policy objective of :mod:`trainer.remix.losses` instead of GRPO's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from trainer.chat import format_prompt
 from trainer.config import GRPOConfig, PolicyConfig
 from trainer.core import ADVANTAGE_ESTIMATORS, entropy_from_logits, policy_loss, token_log_probs
 from trainer.models import load_causal_lm, load_tokenizer
+from trainer.remix.losses import RemixObjective, remix_policy_loss
 from trainer.rollout import HFRolloutEngine, RolloutBatch
 from trainer.tasks import Problem
 from trainer.tasks.rewards import RewardFn
@@ -55,6 +58,11 @@ class LearnerBatch:
     sample, one weight per response token that multiplies its surrogate (PRP's truncated
     importance weight). ``aux_*`` is a set of sequences trained with a token-mean NLL of
     weight ``aux_coef`` (SGT); empty, it changes nothing.
+
+    ``behaviour_logp[i]`` (ReMix) is None for a sample whose ratio is taken against the
+    current policy ``pi_k`` (own fresh rollouts; PRP's peer rollouts, whose
+    off-policyness ``token_weights`` correct) and, for a replayed sample, the per-token
+    log-probs of the past version that sampled it. An empty list: nothing replayed.
     """
 
     prompt_ids: list[list[int]]
@@ -64,6 +72,14 @@ class LearnerBatch:
     aux_prompt_ids: list[list[int]] = field(default_factory=list)
     aux_response_ids: list[list[int]] = field(default_factory=list)
     aux_coef: float = 0.0
+    behaviour_logp: list[list[float] | None] = field(default_factory=list)
+
+    @property
+    def replayed(self) -> list[bool]:
+        """Per sample: is it a ReMix replayed sample?"""
+        if not self.behaviour_logp:
+            return [False] * len(self)
+        return [b is not None for b in self.behaviour_logp]
 
     @classmethod
     def on_policy(cls, rollouts: Rollouts, advantages: torch.Tensor) -> LearnerBatch:
@@ -121,6 +137,10 @@ class Policy:
         """``text`` as this policy's response ids (THL's text path for whole texts)."""
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         return [*ids, self.tokenizer.eos_token_id] if with_eos else ids
+
+    def reincarnate(self) -> None:
+        """ReMix's policy reincarnation: the reference (KL anchor) becomes the current policy."""
+        self.reference.load_state_dict(self.model.state_dict())
 
     # --- rollouts -----------------------------------------------------------------------
     def rollout(self, problems: list[Problem]) -> Rollouts:
@@ -188,6 +208,30 @@ class Policy:
     # --- the update ---------------------------------------------------------------------
     def train_step(self, batch: LearnerBatch) -> dict[str, float]:
         """Optimise the GRPO objective (plus the batch's extras); return actor metrics."""
+        if any(batch.replayed):
+            raise ValueError("a batch with replayed samples needs train_step_remix")
+        return self._train(batch, None)[0]
+
+    def train_step_remix(
+        self, batch: LearnerBatch, objective: RemixObjective
+    ) -> tuple[dict[str, float], list[list[float]]]:
+        """Optimise ReMix's objective on ``batch`` (fresh and replayed samples).
+
+        ``objective.updates_per_batch`` passes over the batch (UTD), each split into
+        ``grpo.mini_batches`` optimizer steps. Returns the actor and ``remix/*`` metrics,
+        and per sample the log-probs of its response tokens under the policy as it was
+        before the update (``log pi_k``): the behaviour log-probs of the fresh samples,
+        which the replay keeps.
+        """
+        metrics, old_logp, response_mask = self._train(batch, objective)
+        behaviour = [old_logp[row][response_mask[row].bool()].tolist() for row in range(len(batch))]
+        return metrics, behaviour
+
+    def _train(
+        self, batch: LearnerBatch, objective: RemixObjective | None
+    ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+        """The update of :meth:`train_step` (``objective`` None) or :meth:`train_step_remix`;
+        also returns ``old_logp`` and ``response_mask``."""
         input_ids, attention_mask, response_mask = build_sequences(
             batch.prompt_ids, batch.response_ids, self.pad_id
         )
@@ -196,8 +240,17 @@ class Policy:
         old_logp = self._log_probs(self.model, input_ids, attention_mask)
         ref_logp = (
             self._log_probs(self.reference, input_ids, attention_mask)
-            if self.grpo.kl_coef > 0
+            if self.grpo.kl_coef > 0 or objective is not None
             else None
+        )
+        remix = (
+            None
+            if objective is None
+            else _RemixInputs(
+                objective,
+                self._behaviour_logp(batch, old_logp, response_mask),
+                torch.tensor(batch.replayed, dtype=torch.bool),
+            )
         )
         aux = (
             build_sequences(batch.aux_prompt_ids, batch.aux_response_ids, self.pad_id)
@@ -206,10 +259,12 @@ class Policy:
         )
 
         totals = dict.fromkeys(("pg_loss", "kl_loss", "entropy", "clip_frac", "grad_norm"), 0.0)
-        totals["aux_nll"] = 0.0
+        totals |= dict.fromkeys(("aux_nll", "kl_base", "kl_prev", "ratio_sum", "tokens"), 0.0)
+        ratio_max = 0.0
         updates = 0
         bounds = _split_bounds(len(batch), self.grpo.mini_batches)
-        for _ in range(self.grpo.epochs):
+        passes = self.grpo.epochs if objective is None else objective.updates_per_batch
+        for _ in range(passes):
             for start, stop in bounds:
                 rows = slice(start, stop)
                 stats = self._update(
@@ -222,7 +277,9 @@ class Policy:
                     None if weights is None else weights[rows],
                     aux,
                     batch.aux_coef,
+                    remix=None if remix is None else remix.rows(rows),
                 )
+                ratio_max = max(ratio_max, stats.pop("ratio_max", 0.0))
                 for key, value in stats.items():
                     totals[key] += value
                 updates += 1
@@ -237,7 +294,25 @@ class Policy:
         }
         if aux is not None:
             result[m.SGT_NLL] = totals["aux_nll"] / updates
-        return result
+        if remix is not None:
+            result |= {
+                m.REMIX_KL_BASE: totals["kl_base"] / updates,
+                m.REMIX_KL_PREV: totals["kl_prev"] / updates,
+                m.REMIX_IS_RATIO_MEAN: totals["ratio_sum"] / max(totals["tokens"], 1.0),
+                m.REMIX_IS_RATIO_MAX: ratio_max,
+                m.REMIX_LAMBDA: objective.kl_lambda,
+            }
+        return result, old_logp, response_mask
+
+    @staticmethod
+    def _behaviour_logp(
+        batch: LearnerBatch, old_logp: torch.Tensor, response_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """``[N, L-1]``: ``old_logp`` (``log pi_k``) on fresh samples, the stored behaviour
+        log-probs on replayed ones."""
+        return _scatter_per_token(
+            old_logp.clone(), batch.behaviour_logp, response_mask, "behaviour log-probs"
+        )
 
     def _token_weights(
         self, batch: LearnerBatch, response_mask: torch.Tensor
@@ -245,17 +320,9 @@ class Policy:
         """``[N, L-1]`` surrogate weights: 1 on own tokens, the given ones on peer tokens."""
         if all(w is None for w in batch.token_weights):
             return None
-        weights = torch.ones_like(response_mask)
-        for row, row_weights in enumerate(batch.token_weights):
-            if row_weights is None:
-                continue
-            positions = response_mask[row].nonzero().squeeze(-1)
-            if len(row_weights) != len(positions):
-                raise ValueError(
-                    f"sample {row}: {len(row_weights)} token weights for {len(positions)} tokens"
-                )
-            weights[row, positions] = torch.tensor(row_weights, dtype=weights.dtype)
-        return weights
+        return _scatter_per_token(
+            torch.ones_like(response_mask), batch.token_weights, response_mask, "token weights"
+        )
 
     def _update(
         self,
@@ -268,13 +335,17 @@ class Policy:
         token_weights: torch.Tensor | None,
         aux: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
         aux_coef: float,
+        *,
+        remix: _RemixInputs | None = None,
     ) -> dict[str, float]:
         """One optimizer step on a mini-batch, accumulated over micro-batches.
 
         Each micro-batch's aggregated loss is weighted by its share of the mini-batch's
         tokens (token-mean) or sequences (seq-mean-token-mean), so the gradient equals
         that of the loss aggregated over the whole mini-batch. An auxiliary NLL set adds
-        ``aux_coef`` times its token-mean NLL to every optimizer step.
+        ``aux_coef`` times its token-mean NLL to every optimizer step. With ``remix``
+        the loss is ReMix's (:func:`trainer.remix.losses.remix_policy_loss`), with
+        ``old_logp`` as ``log pi_k`` and ``ref_logp`` as the base policy.
         """
         self.optimizer.zero_grad(set_to_none=True)
         if self.grpo.loss_agg == "token-mean":
@@ -283,6 +354,8 @@ class Policy:
             weights = (response_mask.sum(dim=1) > 0).float()
         total_weight = float(weights.sum())
         stats = dict.fromkeys(("pg_loss", "kl_loss", "entropy", "clip_frac", "aux_nll"), 0.0)
+        if remix is not None:
+            stats |= dict.fromkeys(("kl_base", "kl_prev", "ratio_sum", "tokens", "ratio_max"), 0.0)
         for rows in self._micro_batches(input_ids.shape[0]):
             share = float(weights[rows].sum()) / total_weight
             if share == 0.0:
@@ -291,21 +364,55 @@ class Policy:
                 self.model, input_ids[rows], attention_mask[rows]
             )
             logp = token_log_probs(logits, targets)
-            out = policy_loss(
-                logp=logp,
-                old_logp=old_logp[rows, : width - 1],
-                ref_logp=None if ref_logp is None else ref_logp[rows, : width - 1],
-                advantages=advantages[rows, : width - 1],
-                mask=response_mask[rows, : width - 1],
-                entropy=entropy_from_logits(logits),
-                clip_eps=self.grpo.clip_eps,
-                kl_coef=self.grpo.kl_coef,
-                kl_clamp=self.grpo.kl_clamp,
-                entropy_coef=self.grpo.entropy_coef,
-                agg=self.grpo.loss_agg,
-                kl_estimator=self.grpo.kl_estimator,
-                token_weights=None if token_weights is None else token_weights[rows, : width - 1],
-            )
+            mask = response_mask[rows, : width - 1]
+            if remix is None:
+                out = policy_loss(
+                    logp=logp,
+                    old_logp=old_logp[rows, : width - 1],
+                    ref_logp=None if ref_logp is None else ref_logp[rows, : width - 1],
+                    advantages=advantages[rows, : width - 1],
+                    mask=mask,
+                    entropy=entropy_from_logits(logits),
+                    clip_eps=self.grpo.clip_eps,
+                    kl_coef=self.grpo.kl_coef,
+                    kl_clamp=self.grpo.kl_clamp,
+                    entropy_coef=self.grpo.entropy_coef,
+                    agg=self.grpo.loss_agg,
+                    kl_estimator=self.grpo.kl_estimator,
+                    token_weights=(
+                        None if token_weights is None else token_weights[rows, : width - 1]
+                    ),
+                )
+            else:
+                assert ref_logp is not None
+                out = remix_policy_loss(
+                    logp=logp,
+                    behaviour_logp=remix.behaviour_logp[rows, : width - 1],
+                    current_logp=old_logp[rows, : width - 1],
+                    base_logp=ref_logp[rows, : width - 1],
+                    advantages=advantages[rows, : width - 1],
+                    mask=mask,
+                    replayed=remix.replayed[rows],
+                    entropy=entropy_from_logits(logits),
+                    clip_eps=self.grpo.clip_eps,
+                    c_bar=remix.objective.c_bar,
+                    kl_coef=self.grpo.kl_coef,
+                    kl_lambda=remix.objective.kl_lambda,
+                    kl_clamp=self.grpo.kl_clamp,
+                    entropy_coef=self.grpo.entropy_coef,
+                    agg=self.grpo.loss_agg,
+                    kl_estimator=self.grpo.kl_estimator,
+                    token_weights=(
+                        None if token_weights is None else token_weights[rows, : width - 1]
+                    ),
+                )
+                stats["kl_base"] += out.kl_base.item() * share
+                stats["kl_prev"] += out.kl_prev.item() * share
+                ratios = out.ratio[mask.bool()]
+                stats["ratio_sum"] += float(ratios.sum())
+                stats["tokens"] += float(ratios.numel())
+                if ratios.numel():
+                    stats["ratio_max"] = max(stats["ratio_max"], float(ratios.max()))
             (out.loss * share).backward()
             stats["pg_loss"] += out.pg_loss.item() * share
             stats["kl_loss"] += out.kl_loss.item() * share
@@ -365,6 +472,36 @@ class Policy:
             logits, targets, width = self._forward(model, input_ids[rows], attention_mask[rows])
             out[rows, : width - 1] = token_log_probs(logits, targets)
         return out
+
+
+@dataclass(frozen=True)
+class _RemixInputs:
+    """What a ReMix update needs beyond GRPO's tensors."""
+
+    objective: RemixObjective
+    behaviour_logp: torch.Tensor  # [N, L-1]: log pi_behaviour (log pi_k on fresh samples)
+    replayed: torch.Tensor  # [N] bool
+
+    def rows(self, rows: slice) -> _RemixInputs:
+        return _RemixInputs(self.objective, self.behaviour_logp[rows], self.replayed[rows])
+
+
+def _scatter_per_token(
+    target: torch.Tensor,
+    rows: Sequence[Sequence[float] | None],
+    response_mask: torch.Tensor,
+    what: str,
+) -> torch.Tensor:
+    """``target`` (``[N, L-1]``) with row i's response positions set to ``rows[i]``; rows
+    given as None keep their values."""
+    for row, values in enumerate(rows):
+        if values is None:
+            continue
+        positions = response_mask[row].nonzero().squeeze(-1)
+        if len(values) != len(positions):
+            raise ValueError(f"sample {row}: {len(values)} {what} for {len(positions)} tokens")
+        target[row, positions] = torch.tensor(values, dtype=target.dtype)
+    return target
 
 
 def _split_bounds(n: int, parts: int) -> list[tuple[int, int]]:

@@ -12,7 +12,9 @@ import json
 import logging
 import os
 import random
+import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,11 +27,16 @@ import torch.multiprocessing as mp
 
 from trainer import metrics as m
 from trainer.checkpoint import (
+    REFERENCE_FILE,
     CheckpointState,
     checkpoint_dir,
     latest_checkpoint,
     load_policy,
+    load_weights,
+    load_worker_state,
     save_policy,
+    save_weights,
+    save_worker_state,
     write_state,
 )
 from trainer.config import RunConfig
@@ -37,6 +44,8 @@ from trainer.exchange import SharedExperienceExchange, StepRecord
 from trainer.models import ModelSourceError, check_model_source
 from trainer.policy import Policy
 from trainer.regimes import Regime, make_regime
+from trainer.remix import Consumption, self_reflection_rate
+from trainer.remix.reuse import ReMix
 from trainer.shipper import Shipper
 from trainer.spool import Spool, SpoolOffsets, make_point
 from trainer.tasks import Problem, Task, get_reward, make_task
@@ -123,9 +132,22 @@ def launch(options: RunOptions) -> None:
     if world_size == 1:
         run_worker(0, 1, options)
     else:
-        mp.start_processes(
-            _spawned_worker, args=(world_size, options), nprocs=world_size, start_method="spawn"
+        context = mp.start_processes(
+            _spawned_worker,
+            args=(world_size, options),
+            nprocs=world_size,
+            start_method="spawn",
+            join=False,
         )
+
+        def forward(signum: int, frame: object) -> None:
+            for process in context.processes:
+                if process.pid is not None and process.is_alive():
+                    os.kill(process.pid, signum)
+
+        signal.signal(STOP_SIGNAL, forward)
+        while not context.join():
+            pass
 
 
 def _spawned_worker(rank: int, world_size: int, options: RunOptions) -> None:
@@ -156,9 +178,40 @@ def _seed_everything(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
+STOP_SIGNAL = signal.SIGUSR1
+"""Slurm sends it before the time limit (``--signal``): checkpoint after this step, exit."""
+_stop_requested = threading.Event()
+
+
+def _request_stop(signum: int, frame: object) -> None:
+    _stop_requested.set()
+
+
+def _all_agree_to_stop() -> bool:
+    """Whether any worker got the stop signal (a collective: all stop at the same step)."""
+    flag = torch.tensor([1 if _stop_requested.is_set() else 0])
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def apply_device_plan(rank: int) -> None:
+    """Set this worker's ``CUDA_VISIBLE_DEVICES`` from the MWRA plan the job exported
+    (``MRL_DEVICES_BY_RANK``: rank i's devices are the i-th ';'-separated entry)."""
+    plan = os.environ.get("MRL_DEVICES_BY_RANK")
+    if plan is None:
+        return
+    entries = plan.split(";")
+    if rank >= len(entries):
+        raise RunSetupError(f"MRL_DEVICES_BY_RANK has {len(entries)} entries; rank {rank} has none")
+    os.environ["CUDA_VISIBLE_DEVICES"] = entries[rank]
+
+
 def run_worker(rank: int, world_size: int, options: RunOptions) -> None:
     """The training loop of policy ``rank``."""
     config = options.config
+    apply_device_plan(rank)
+    signal.signal(STOP_SIGNAL, _request_stop)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     if not dist.is_initialized():
         dist.init_process_group(
@@ -187,19 +240,24 @@ def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
     regime = make_regime(config, policy.name, tokenizer_dirs)
     exchange = SharedExperienceExchange(topics=regime.topics)
     spool = Spool(options.run_dir) if rank == 0 else None
+    remix = ReMix(config, policy.name) if config.off_policy == "remix" else None
+    consumption = Consumption()
 
     start_step = 1
     latest = latest_checkpoint(options.run_dir) if options.resume else None
     if latest is not None:
-        load_policy(
-            checkpoint_dir(options.run_dir, latest.step) / policy.name,
-            policy.model,
-            policy.optimizer,
+        consumption = _load_worker(
+            checkpoint_dir(options.run_dir, latest.step) / policy.name, policy, remix
         )
         if spool is not None:
             spool.truncate(SpoolOffsets.from_dict(latest.spool_offsets))
         start_step = latest.step + 1
         log.info("%s resumed from the checkpoint of step %d", policy.name, latest.step)
+    elif options.resume and spool is not None:
+        # Stopped before its first checkpoint: start over, dropping the partial spool (what
+        # was shipped already is replaced point for point: ingestion is idempotent).
+        spool.truncate(SpoolOffsets())
+        log.info("no checkpoint to resume from: starting over from step 1")
     shipper = _start_shipper(options) if rank == 0 else None  # after the spool's truncation
 
     validation = task.validation()
@@ -210,12 +268,30 @@ def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
             )
             _write_records(spool, exchange.exchange(record))
         for step in range(start_step, options.steps + 1):
-            record = _step(policy, regime, exchange, task, config, step, options.steps, validation)
+            record = _step(
+                policy,
+                regime,
+                exchange,
+                task,
+                config,
+                step,
+                options.steps,
+                validation,
+                remix=remix,
+                consumption=consumption,
+            )
             _write_records(spool, exchange.exchange(record))
             if shipper is not None:
                 shipper.set_status("running", f"step {step}/{options.steps}")
-            if step % config.checkpoint_every == 0 or step == options.steps:
-                _checkpoint(options.run_dir, step, policy, exchange, spool)
+            stop = _all_agree_to_stop()
+            if step % config.checkpoint_every == 0 or step == options.steps or stop:
+                _checkpoint(options.run_dir, step, policy, exchange, spool, remix, consumption)
+            if stop and step < options.steps:
+                log.info("%s: stop signal; checkpointed step %d and stopping", policy.name, step)
+                if shipper is not None:
+                    shipper.set_status("running", f"checkpointed step {step}; waiting to resume")
+                    shipper.stop(timeout=options.ship_timeout_s)
+                return
     except BaseException as exc:
         if shipper is not None:
             shipper.set_status("failed", f"{type(exc).__name__}: {exc}"[:500])
@@ -236,10 +312,19 @@ def _step(
     step: int,
     total_steps: int,
     validation: list[Problem],
+    *,
+    remix: ReMix | None = None,
+    consumption: Consumption | None = None,
 ) -> StepRecord:
-    """One step of one policy: roll out, exchange experience, update; its metrics record."""
+    """One step of one policy: roll out, exchange experience, update; its metrics record.
+
+    With ReMix the step rolls out fewer fresh prompts and :meth:`ReMix.train` mixes in
+    replayed samples. Every run logs its consumption (``perf/rollouts_total``,
+    ``perf/response_tokens_total``) and ``response/self_reflection_rate``.
+    """
     started = time.perf_counter()
-    problems = task.train_batch(step, config.prompts_per_step)
+    prompts = config.prompts_per_step if remix is None else remix.fresh_prompts()
+    problems = task.train_batch(step, prompts)
     prompt_ids = tuple(p.id for p in problems)
     rollouts = policy.rollout(problems)
     generated = time.perf_counter()
@@ -249,10 +334,23 @@ def _step(
     peers = [r for r in exchange.exchange(published) if r.policy != policy.name]
     learned = regime.learn(policy, rollouts, peers, step)
     exchanged = time.perf_counter()
-    metrics = policy.rollout_metrics(rollouts) | policy.train_step(learned.batch) | learned.metrics
+    trained = (
+        policy.train_step(learned.batch)
+        if remix is None
+        else remix.train(policy, learned.batch, rollouts, step)
+    )
+    metrics = policy.rollout_metrics(rollouts) | trained | learned.metrics
     finished = time.perf_counter()
-    response_tokens = sum(len(ids) for ids in rollouts.batch.response_ids)
+    lengths = [len(ids) for ids in rollouts.batch.response_ids]
+    response_tokens = sum(lengths)
+    consumption = Consumption() if consumption is None else consumption
+    consumption.add(lengths)
     metrics |= {
+        m.ROLLOUTS_TOTAL: float(consumption.rollouts),
+        m.RESPONSE_TOKENS_TOTAL: float(consumption.response_tokens),
+        m.SELF_REFLECTION_RATE: self_reflection_rate(
+            rollouts.batch.response_texts, config.remix.reflection_markers
+        ),
         m.STEP_S: finished - started,
         m.GENERATE_S: generated - started,
         m.EXCHANGE_S: exchanged - generated,
@@ -299,13 +397,43 @@ def _checkpoint(
     policy: Policy,
     exchange: SharedExperienceExchange,
     spool: Spool | None,
+    remix: ReMix | None = None,
+    consumption: Consumption | None = None,
 ) -> None:
-    save_policy(checkpoint_dir(run_dir, step) / policy.name, policy.model, policy.optimizer)
+    directory = checkpoint_dir(run_dir, step) / policy.name
+    save_policy(directory, policy.model, policy.optimizer)
+    save_worker_state(
+        directory,
+        {
+            "consumption": (consumption or Consumption()).to_dict(),
+            "remix": None if remix is None else remix.state_dict(),
+        },
+    )
+    if remix is not None and remix.reincarnated:
+        save_weights(directory / REFERENCE_FILE, policy.reference)
     exchange.barrier()  # every policy saved before the checkpoint is marked complete
     if spool is not None:
         spool.sync()
         write_state(run_dir, CheckpointState(step=step, spool_offsets=spool.offsets().to_dict()))
     exchange.barrier()
+
+
+def _load_worker(directory: Path, policy: Policy, remix: ReMix | None) -> Consumption:
+    """Restore a policy worker from its checkpoint directory; return its consumption."""
+    load_policy(directory, policy.model, policy.optimizer)
+    state = load_worker_state(directory)
+    if state is None:  # a checkpoint written before the worker state existed
+        log.warning("%s: the checkpoint has no worker state; counters restart at 0", policy.name)
+        state = {"consumption": Consumption().to_dict(), "remix": None}
+    if remix is not None:
+        if state["remix"] is None:
+            raise RunSetupError(
+                f"--resume: {directory} holds no ReMix state; resume with the run's own config"
+            )
+        remix.load_state_dict(state["remix"])
+        if remix.reincarnated:
+            load_weights(directory / REFERENCE_FILE, policy.reference)
+    return Consumption.from_dict(state["consumption"])
 
 
 def _start_shipper(options: RunOptions) -> Shipper | None:

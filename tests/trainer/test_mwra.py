@@ -1,0 +1,362 @@
+"""MWRA (SPEC 4.6): placement plans checked against hand-computed ones, plus invariants."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.mwra import (
+    PlacementError,
+    PlacementPlan,
+    PolicyDemand,
+    estimate_parameters,
+    parameter_count,
+    plan_placement,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+B = 1_000_000_000
+
+
+def _devices(plan: PlacementPlan) -> dict[str, tuple[int | None, tuple[int, ...], float | None]]:
+    return {p.name: (p.node, p.devices, p.memory_fraction) for p in plan.policies}
+
+
+# --- hand-computed plans -------------------------------------------------------------------
+def test_without_gpus_every_worker_runs_on_the_cpu() -> None:
+    plan = plan_placement([PolicyDemand("a", 7 * B), PolicyDemand("b", B)], gpus=0)
+
+    assert plan.device == "cpu" and plan.mode == "cpu"
+    assert _devices(plan) == {"a": (None, (), None), "b": (None, (), None)}
+    assert [p.env() for p in plan.policies] == [{"CUDA_VISIBLE_DEVICES": ""}] * 2
+    assert plan.slurm.gres is None
+    assert plan.slurm.sbatch_args() == ["--nodes=1", "--ntasks=2", "--cpus-per-task=1"]
+
+
+def test_devices_follow_parameter_counts_with_at_least_one_each() -> None:
+    # Ideal split of 8 GPUs for 7B/1B/1B is 5.6/0.7/0.7; D'Hondt gives 6/1/1.
+    plan = plan_placement(
+        [PolicyDemand("big", 7 * B), PolicyDemand("s1", B), PolicyDemand("s2", B)],
+        gpus=8,
+        gpus_per_node=8,
+    )
+
+    assert _devices(plan) == {
+        "big": (0, (0, 1, 2, 3, 4, 5), 1.0),
+        "s1": (0, (6,), 1.0),
+        "s2": (0, (7,), 1.0),
+    }
+    assert plan.policy("big").cuda_visible_devices == "0,1,2,3,4,5"
+    assert plan.mode == "exclusive"
+    assert plan.slurm.sbatch_args() == [
+        "--nodes=1",
+        "--ntasks=3",
+        "--gres=gpu:8",
+        "--cpus-per-task=1",
+    ]
+
+
+def test_a_spare_device_of_equal_policies_goes_to_the_first() -> None:
+    plan = plan_placement([PolicyDemand(n, 5) for n in "abc"], gpus=4)
+
+    assert _devices(plan) == {"a": (0, (0, 1), 1.0), "b": (0, (2,), 1.0), "c": (0, (3,), 1.0)}
+
+
+def test_policies_spread_over_nodes_and_never_span_one() -> None:
+    # 8 GPUs on nodes of 4: two nodes. a (3) and b (3) open one node each; c (2) joins the
+    # first of the equally loaded nodes, where a and c split 4 devices 2/2 by D'Hondt.
+    plan = plan_placement(
+        [PolicyDemand("a", 3), PolicyDemand("b", 3), PolicyDemand("c", 2)],
+        gpus=8,
+        gpus_per_node=4,
+        cpus_per_gpu=4,
+        mem_gb=64,
+    )
+
+    assert _devices(plan) == {
+        "a": (0, (0, 1), 1.0),
+        "b": (1, (0, 1, 2, 3), 1.0),
+        "c": (0, (2, 3), 1.0),
+    }
+    assert plan.slurm.tasks_per_node == (2, 1)
+    # 4 CPUs per GPU x 4 GPUs per node, split over the 2 workers of the busiest node.
+    assert plan.slurm.sbatch_args() == [
+        "--nodes=2",
+        "--ntasks=3",
+        "--gres=gpu:4",
+        "--cpus-per-task=8",
+        "--mem=64G",
+    ]
+
+
+def test_small_policies_share_devices_with_memory_fractions_by_size() -> None:
+    # Largest first onto the least-loaded device: a->0, b->1, c->1 (3 < 4), d->0 (4 < 5).
+    plan = plan_placement(
+        [PolicyDemand("a", 4), PolicyDemand("b", 3), PolicyDemand("c", 2), PolicyDemand("d", 1)],
+        gpus=2,
+    )
+
+    assert _devices(plan) == {
+        "a": (0, (0,), 0.8),
+        "b": (0, (1,), 0.6),
+        "c": (0, (1,), 0.4),
+        "d": (0, (0,), 0.2),
+    }
+    assert plan.mode == "shared"
+    assert plan.policy("c").shared
+    assert plan.policy("c").cuda_visible_devices == "1"
+    assert plan.notes == ("4 policies share 2 GPU(s): memory fractions follow parameter counts",)
+
+
+def test_a_big_policy_keeps_its_device_while_small_ones_share() -> None:
+    plan = plan_placement(
+        [PolicyDemand("big", 7), PolicyDemand("s1", 1), PolicyDemand("s2", 1)], gpus=2
+    )
+
+    assert _devices(plan) == {"big": (0, (0,), 1.0), "s1": (0, (1,), 0.5), "s2": (0, (1,), 0.5)}
+    assert plan.mode == "mixed"
+
+
+def test_fractions_are_rounded_down_so_a_device_never_exceeds_one() -> None:
+    plan = plan_placement([PolicyDemand(n, 1) for n in "abc"], gpus=1)
+
+    assert [p.memory_fraction for p in plan.policies] == [0.3333] * 3
+    assert plan.device_loads() == {(0, 0): pytest.approx(0.9999)}
+
+
+def test_explicit_device_shares_are_honoured_and_the_rest_is_mwras() -> None:
+    plan = plan_placement(
+        [
+            PolicyDemand("two", 1, device_share=2),
+            PolicyDemand("half-a", 1, device_share=0.5),
+            PolicyDemand("half-b", 1, device_share=0.5),
+            PolicyDemand("auto", 1),
+        ],
+        gpus=4,
+    )
+
+    assert _devices(plan) == {
+        "two": (0, (0, 1), 1.0),
+        "half-a": (0, (2,), 0.5),
+        "half-b": (0, (2,), 0.5),
+        "auto": (0, (3,), 1.0),
+    }
+
+
+def test_the_plan_round_trips_through_json() -> None:
+    plan = plan_placement(
+        [PolicyDemand("a", 3), PolicyDemand("b", 1), PolicyDemand("c", 1)],
+        gpus=2,
+        mem_gb=32,
+    )
+    data = json.loads(json.dumps(plan.to_dict()))
+
+    assert PlacementPlan.from_dict(data) == plan
+    assert data["policies"][1] == {
+        "name": "b",
+        "parameter_count": 1,
+        "node": 0,
+        "devices": [1],
+        "memory_fraction": 0.5,
+        "shared": True,
+        "cuda_visible_devices": "1",
+    }
+    assert data["slurm"]["gres"] == "gpu:2"
+    assert data["slurm"]["sbatch_args"][-1] == "--mem=32G"
+
+
+# --- impossible requests -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "path", "fragment"),
+    [
+        ({"gpus": 9, "gpus_per_node": 8}, "gpus", "request 8 or 10"),
+        ({"gpus": 16, "gpus_per_node": 8, "max_nodes": 1}, "gpus", "more GPUs than the partition"),
+        ({"gpus": 2, "gpus_per_node": 0}, "gpus", "more GPUs than the partition has"),
+        ({"gpus": 24, "gpus_per_node": 8}, "gpus", "never spans nodes"),
+        ({"gpus": -1}, "gpus", "gpus must be a whole number >= 0"),
+    ],
+)
+def test_impossible_gpu_requests_say_how_to_fix_them(
+    kwargs: dict[str, int], path: str, fragment: str
+) -> None:
+    with pytest.raises(PlacementError) as caught:
+        plan_placement([PolicyDemand("a", 1), PolicyDemand("b", 1)], **kwargs)
+
+    assert caught.value.path == path
+    assert fragment in str(caught.value)
+
+
+def test_a_fractional_share_above_one_is_refused() -> None:
+    with pytest.raises(PlacementError) as caught:
+        plan_placement([PolicyDemand("a", 1), PolicyDemand("b", 1, device_share=1.5)], gpus=4)
+
+    assert caught.value.path == "pool[1].device_share"
+    assert "neither a whole number" in caught.value.message
+
+
+def test_a_share_bigger_than_a_node_is_refused() -> None:
+    with pytest.raises(PlacementError) as caught:
+        plan_placement(
+            [PolicyDemand("a", 1, device_share=6), PolicyDemand("b", 1)], gpus=8, gpus_per_node=4
+        )
+
+    assert caught.value.path == "pool[0].device_share"
+    assert "never spans nodes" in caught.value.message
+
+
+def test_explicit_shares_that_leave_gpus_idle_are_refused() -> None:
+    with pytest.raises(PlacementError) as caught:
+        plan_placement(
+            [PolicyDemand("a", 1, device_share=1), PolicyDemand("b", 1, device_share=0.5)],
+            gpus=4,
+        )
+
+    assert caught.value.path == "gpus"
+    assert "use 2 of the 4 GPUs" in caught.value.message
+
+
+def test_explicit_shares_that_leave_nothing_for_the_rest_are_refused() -> None:
+    with pytest.raises(PlacementError) as caught:
+        plan_placement([PolicyDemand("a", 1, device_share=2), PolicyDemand("b", 1)], gpus=2)
+
+    assert "no GPU is left for 'b'" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("policies", "path"),
+    [
+        ([], "pool"),
+        ([PolicyDemand("a", 1), PolicyDemand("a", 2)], "pool[1].name"),
+        ([PolicyDemand("a", 0)], "pool[0].parameter_count"),
+        ([PolicyDemand("a", 1, device_share=-1.0)], "pool[0].device_share"),
+    ],
+)
+def test_bad_pools_are_refused(policies: list[PolicyDemand], path: str) -> None:
+    with pytest.raises(PlacementError) as caught:
+        plan_placement(policies, gpus=1)
+
+    assert caught.value.path == path
+    assert isinstance(caught.value, ValueError)
+
+
+# --- invariants ----------------------------------------------------------------------------
+def _check_invariants(plan: PlacementPlan, policies: list[PolicyDemand], gpus: int) -> None:
+    assert [p.name for p in plan.policies] == [p.name for p in policies]  # every policy placed
+    used: set[tuple[int, int]] = set()
+    exclusive: list[tuple[int, int]] = []
+    for placement in plan.policies:
+        assert len(placement.devices) >= 1
+        assert placement.node is not None and 0 <= placement.node < plan.slurm.nodes
+        assert all(0 <= d < plan.slurm.gpus_per_node for d in placement.devices)
+        assert placement.memory_fraction is not None and 0 < placement.memory_fraction <= 1
+        keys = [(placement.node, d) for d in placement.devices]
+        used.update(keys)
+        if placement.memory_fraction == 1.0:
+            exclusive += keys
+    assert len(exclusive) == len(set(exclusive))  # no device given to two exclusive owners
+    assert all(load <= 1.0 + 1e-9 for load in plan.device_loads().values())
+    assert len(used) == gpus == plan.slurm.gpus  # total devices = request
+    assert sum(plan.slurm.tasks_per_node) == plan.slurm.ntasks == len(policies)
+
+
+def test_default_plans_keep_their_invariants() -> None:
+    rng = random.Random(46)
+    for _ in range(400):
+        size = rng.randint(1, 8)
+        policies = [PolicyDemand(f"p{i}", rng.choice([1, 3, 7, 70]) * B) for i in range(size)]
+        nodes = rng.randint(1, min(size, 3))
+        per_node = rng.randint(1, 8)
+        gpus = nodes * per_node
+        plan = plan_placement(policies, gpus=gpus, gpus_per_node=per_node)
+        _check_invariants(plan, policies, gpus)
+        if gpus >= size:
+            assert plan.mode == "exclusive"
+            weights = sorted((p.parameter_count, len(p.devices)) for p in plan.policies)
+            if nodes == 1:  # bigger never gets fewer devices than smaller
+                counts = [count for _, count in weights]
+                assert counts == sorted(counts)
+
+
+def test_plans_with_explicit_fractions_keep_their_invariants() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        size = rng.randint(2, 8)
+        policies = [
+            PolicyDemand(f"p{i}", rng.randint(1, 10), rng.choice([None, 0.25, 0.5, 0.3]))
+            for i in range(size)
+        ]
+        gpus = rng.randint(1, 6)
+        try:
+            plan = plan_placement(policies, gpus=gpus)
+        except PlacementError as error:
+            assert error.path in {"gpus"} or error.path.endswith(".device_share")
+            continue
+        _check_invariants(plan, policies, gpus)
+        for placement, policy in zip(plan.policies, policies, strict=True):
+            if policy.device_share is not None:
+                assert placement.memory_fraction == policy.device_share
+
+
+# --- parameter counts ----------------------------------------------------------------------
+GPT2_TINY = {
+    "model_type": "gpt2",
+    "n_embd": 64,
+    "n_layer": 2,
+    "n_inner": 256,
+    "n_positions": 128,
+    "vocab_size": 512,
+    "tie_word_embeddings": True,
+}
+LLAMA_TINY = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "intermediate_size": 256,
+    "vocab_size": 163,
+    "tie_word_embeddings": True,
+}
+
+
+def test_it_estimates_gpt2_and_llama_exactly() -> None:
+    # GPT-2: wte 512x64 + wpe 128x64 + 2 x (2 LN 256 + c_attn 12480 + proj 4160
+    # + fc 16640 + proj 16448) + ln_f 128.
+    assert estimate_parameters(GPT2_TINY) == 32768 + 8192 + 2 * 49984 + 128
+    # Llama: embed 163x64 + 2 x (q,k,v,o 4x4096 + mlp 3x16384 + 2 norms 128) + norm 64.
+    assert estimate_parameters(LLAMA_TINY) == 10432 + 2 * (16384 + 49152 + 128) + 64
+    assert estimate_parameters({"model_type": "llama"}) is None
+
+
+def test_parameter_counts_come_from_the_best_source(tmp_path: Path) -> None:
+    model_dir = tmp_path / "llama"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(LLAMA_TINY))
+    zoo = tmp_path / "zoo"
+    (zoo / "tiny-qwen-bpe").mkdir(parents=True)
+    (zoo / "tiny-qwen-bpe" / "zoo.json").write_text(json.dumps({"n_params": 149184}))
+
+    assert parameter_count(str(model_dir), declared=5 * B).value == 5 * B
+    from_config = parameter_count(str(model_dir))
+    assert (from_config.value, from_config.origin) == (141824, "config.json")
+    from_zoo = parameter_count("zoo:tiny-qwen-bpe", zoo_dir=zoo)
+    assert (from_zoo.value, from_zoo.origin) == (149184, "zoo")
+    unbuilt = parameter_count("zoo:tiny-llama-char", zoo_dir=zoo)
+    assert (unbuilt.value, unbuilt.origin) == (1, "fallback")
+    assert "not built" in unbuilt.note
+    missing = parameter_count(str(tmp_path / "nowhere"))
+    assert (missing.value, missing.origin) == (1, "fallback")
+    assert "counted as 1" in missing.note
+
+
+def test_mwra_imports_without_torch() -> None:
+    code = "import sys, trainer.mwra; assert 'torch' not in sys.modules, 'mwra imported torch'"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr

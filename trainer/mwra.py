@@ -1,0 +1,709 @@
+"""MWRA, Multi-Worker Resource Allocation (SPEC 4.6): which devices each policy worker gets.
+
+A pure function of the pool and the job's GPUs, so the experiment form can show the plan
+before launch and the scheduler can turn the same plan into the Slurm request and each
+worker's environment::
+
+    plan = plan_placement(
+        [PolicyDemand("llama-7b", 7_000_000_000), PolicyDemand("qwen-1b", 1_000_000_000)],
+        gpus=4,
+        gpus_per_node=8,
+    )
+    plan.policy("llama-7b").cuda_visible_devices  # "0,1,2"
+    plan.slurm.sbatch_args()  # ["--nodes=1", "--ntasks=2", "--gres=gpu:4", ...]
+    plan.to_dict()  # JSON, stored with the experiment; PlacementPlan.from_dict reads it
+
+The rules, in order:
+
+1. No GPUs: every worker runs on the CPU (``CUDA_VISIBLE_DEVICES=""``).
+2. The GPUs are spread evenly over ``ceil(gpus / gpus_per_node)`` nodes (Slurm's
+   ``--gres=gpu:N`` is per node). A policy never spans nodes.
+3. A policy with an explicit ``device_share`` gets exactly that: a whole number of
+   devices of its own (``device_share >= 1``), or that fraction of one device's memory
+   (``device_share < 1``; fractions are packed first-fit decreasing onto shared devices).
+4. The other policies share the remaining devices by parameter count. With at least one
+   device each, every policy gets devices of its own, proportional to its parameters
+   (D'Hondt: one device each, then each further device to the policy with the most
+   parameters per device it has; across nodes, policies go largest first to the least
+   loaded node). With fewer devices than policies, several policies share a device,
+   largest first onto the least-loaded device, each with a memory fraction proportional
+   to its parameters.
+
+Impossible requests raise :class:`PlacementError`, whose ``path`` names the input at fault
+(``"gpus"``, ``"pool[2].device_share"``...) and whose message says how to fix it.
+
+The second half of the module estimates parameter counts (from a zoo manifest or a Hugging
+Face ``config.json``) without importing torch, for the pools whose counts are not declared.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+FRACTION_DECIMALS = 4
+"""Memory fractions are rounded down to this many decimals, so a device's sum stays <= 1."""
+
+_EPS = 1e-9
+
+
+class PlacementError(ValueError):
+    """A placement request that cannot be satisfied; the message says how to fix it.
+
+    ``path`` names the input at fault, in the run config's terms: ``"gpus"``,
+    ``"gpus_per_node"``, ``"nodes"``, ``"pool"`` or ``"pool[i].<field>"``.
+    """
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PolicyDemand:
+    """One policy as MWRA sees it: a name, a size and an optional explicit device share."""
+
+    name: str
+    parameter_count: int
+    device_share: float | None = None
+
+
+@dataclass(frozen=True)
+class PolicyPlacement:
+    """Where one policy's worker runs.
+
+    ``node`` is the node's index within the job's allocation (``srun --relative``), None
+    on the CPU; ``devices`` are local device indices on that node; ``memory_fraction`` is
+    the share of each of those devices' memory the worker may use (1.0 when it has them to
+    itself, None on the CPU).
+    """
+
+    name: str
+    parameter_count: int
+    node: int | None
+    devices: tuple[int, ...]
+    memory_fraction: float | None
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        """The worker's ``CUDA_VISIBLE_DEVICES``: ``"0,1"``; ``""`` (no GPU) on the CPU."""
+        return ",".join(str(index) for index in self.devices)
+
+    @property
+    def shared(self) -> bool:
+        return self.memory_fraction is not None and self.memory_fraction < 1.0
+
+    def env(self) -> dict[str, str]:
+        """Environment variables the scheduler sets for this worker."""
+        return {"CUDA_VISIBLE_DEVICES": self.cuda_visible_devices}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "parameter_count": self.parameter_count,
+            "node": self.node,
+            "devices": list(self.devices),
+            "memory_fraction": self.memory_fraction,
+            "shared": self.shared,
+            "cuda_visible_devices": self.cuda_visible_devices,
+        }
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """The job's resource request: one task (worker) per policy.
+
+    ``tasks_per_node[k]`` is how many workers the plan puts on node ``k``; ``mem_gb`` and
+    the CPUs are per node, as Slurm's ``--mem`` is.
+    """
+
+    nodes: int
+    gpus_per_node: int
+    ntasks: int
+    tasks_per_node: tuple[int, ...]
+    cpus_per_task: int
+    mem_gb: int | None = None
+
+    @property
+    def gres(self) -> str | None:
+        """``"gpu:N"`` for ``--gres``; None for a CPU-only job."""
+        return f"gpu:{self.gpus_per_node}" if self.gpus_per_node else None
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def sbatch_args(self) -> list[str]:
+        """The request as ``sbatch`` arguments (an argv list, never a shell string)."""
+        args = [f"--nodes={self.nodes}", f"--ntasks={self.ntasks}"]
+        if self.gres:
+            args.append(f"--gres={self.gres}")
+        args.append(f"--cpus-per-task={self.cpus_per_task}")
+        if self.mem_gb:
+            args.append(f"--mem={self.mem_gb}G")
+        return args
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "gres": self.gres,
+            "ntasks": self.ntasks,
+            "tasks_per_node": list(self.tasks_per_node),
+            "cpus_per_task": self.cpus_per_task,
+            "mem_gb": self.mem_gb,
+            "sbatch_args": self.sbatch_args(),
+        }
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    """The placement of a whole pool, and the Slurm request that provides it.
+
+    ``mode`` is ``"cpu"``, ``"exclusive"`` (every worker has its devices to itself),
+    ``"shared"`` (every device is shared) or ``"mixed"``.
+    """
+
+    device: str
+    mode: str
+    gpus: int
+    policies: tuple[PolicyPlacement, ...]
+    slurm: SlurmRequest
+    notes: tuple[str, ...] = field(default=())
+
+    def policy(self, name: str) -> PolicyPlacement:
+        for placement in self.policies:
+            if placement.name == name:
+                return placement
+        raise KeyError(name)
+
+    def device_loads(self) -> dict[tuple[int, int], float]:
+        """Memory fraction in use per ``(node, device)``; each is at most 1."""
+        loads: dict[tuple[int, int], float] = {}
+        for placement in self.policies:
+            if placement.node is None or placement.memory_fraction is None:
+                continue
+            for index in placement.devices:
+                key = (placement.node, index)
+                loads[key] = loads.get(key, 0.0) + placement.memory_fraction
+        return loads
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "mode": self.mode,
+            "gpus": self.gpus,
+            "policies": [placement.to_dict() for placement in self.policies],
+            "slurm": self.slurm.to_dict(),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PlacementPlan:
+        slurm = data["slurm"]
+        return cls(
+            device=data["device"],
+            mode=data["mode"],
+            gpus=int(data["gpus"]),
+            policies=tuple(
+                PolicyPlacement(
+                    name=item["name"],
+                    parameter_count=int(item["parameter_count"]),
+                    node=item["node"],
+                    devices=tuple(item["devices"]),
+                    memory_fraction=item["memory_fraction"],
+                )
+                for item in data["policies"]
+            ),
+            slurm=SlurmRequest(
+                nodes=int(slurm["nodes"]),
+                gpus_per_node=int(slurm["gpus_per_node"]),
+                ntasks=int(slurm["ntasks"]),
+                tasks_per_node=tuple(slurm["tasks_per_node"]),
+                cpus_per_task=int(slurm["cpus_per_task"]),
+                mem_gb=slurm.get("mem_gb"),
+            ),
+            notes=tuple(data.get("notes", ())),
+        )
+
+
+# --- the planner -------------------------------------------------------------------------
+def plan_placement(
+    policies: Sequence[PolicyDemand],
+    gpus: int,
+    gpus_per_node: int | None = None,
+    *,
+    nodes: int | None = None,
+    max_nodes: int | None = None,
+    cpus_per_gpu: int | None = None,
+    cpus: int | None = None,
+    mem_gb: int | None = None,
+) -> PlacementPlan:
+    """Place ``policies`` (pool order) on ``gpus`` GPUs of nodes with ``gpus_per_node`` each.
+
+    ``gpus_per_node`` defaults to ``gpus`` (one node); ``nodes`` defaults to the fewest
+    that hold ``gpus``; ``max_nodes`` is the partition's node count. ``cpus_per_gpu`` or
+    ``cpus`` (for the whole job) and ``mem_gb`` (per node) only shape the Slurm request.
+    Raises :class:`PlacementError` for an impossible request.
+    """
+    _check_policies(policies)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        raise PlacementError(f"gpus must be a whole number >= 0; got {gpus!r}", path="gpus")
+    if gpus == 0:
+        return _cpu_plan(policies, cpus=cpus, mem_gb=mem_gb)
+
+    node_count, per_node = _node_layout(gpus, gpus_per_node, nodes, max_nodes)
+    if len(policies) < node_count:
+        raise PlacementError(
+            f"{gpus} GPUs take {node_count} nodes of {per_node}, but a policy never spans "
+            f"nodes, so {len(policies)} policies can use at most {len(policies)} nodes; "
+            f"request at most {len(policies) * per_node} GPUs or add policies",
+            path="gpus",
+        )
+    placer = _Placer(node_count, per_node)
+    placer.place_explicit(policies)
+    placer.place_defaults(policies)
+    placements = tuple(placer.placements[index] for index in range(len(policies)))
+
+    tasks_per_node = tuple(
+        sum(1 for placement in placements if placement.node == node) for node in range(node_count)
+    )
+    if cpus_per_gpu:
+        node_cpus = cpus_per_gpu * per_node
+    elif cpus:
+        node_cpus = cpus // node_count
+    else:
+        node_cpus = max(tasks_per_node)
+    slurm = SlurmRequest(
+        nodes=node_count,
+        gpus_per_node=per_node,
+        ntasks=len(policies),
+        tasks_per_node=tasks_per_node,
+        cpus_per_task=max(1, node_cpus // max(max(tasks_per_node), 1)),
+        mem_gb=mem_gb,
+    )
+    fractions = [placement.memory_fraction for placement in placements]
+    if all(fraction == 1.0 for fraction in fractions):
+        mode = "exclusive"
+    elif all(fraction is not None and fraction < 1.0 for fraction in fractions):
+        mode = "shared"
+    else:
+        mode = "mixed"
+    return PlacementPlan(
+        device="cuda",
+        mode=mode,
+        gpus=gpus,
+        policies=placements,
+        slurm=slurm,
+        notes=tuple(placer.notes),
+    )
+
+
+def _check_policies(policies: Sequence[PolicyDemand]) -> None:
+    if not policies:
+        raise PlacementError("the pool is empty: add at least one policy", path="pool")
+    seen: set[str] = set()
+    for index, policy in enumerate(policies):
+        if policy.name in seen:
+            raise PlacementError(
+                f"duplicate policy name {policy.name!r}; give each policy its own name",
+                path=f"pool[{index}].name",
+            )
+        seen.add(policy.name)
+        count = policy.parameter_count
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise PlacementError(
+                f"parameter_count of {policy.name!r} must be a whole number >= 1; got {count!r}",
+                path=f"pool[{index}].parameter_count",
+            )
+        share = policy.device_share
+        if share is not None and not (math.isfinite(share) and share > 0):
+            raise PlacementError(
+                f"device_share of {policy.name!r} must be > 0 (or empty to let MWRA decide); "
+                f"got {share!r}",
+                path=f"pool[{index}].device_share",
+            )
+
+
+def _cpu_plan(
+    policies: Sequence[PolicyDemand], *, cpus: int | None, mem_gb: int | None
+) -> PlacementPlan:
+    placements = tuple(
+        PolicyPlacement(policy.name, policy.parameter_count, None, (), None) for policy in policies
+    )
+    notes = ["no GPUs requested: every worker runs on the CPU"]
+    if any(policy.device_share is not None for policy in policies):
+        notes.append("device_share is ignored on the CPU")
+    slurm = SlurmRequest(
+        nodes=1,
+        gpus_per_node=0,
+        ntasks=len(policies),
+        tasks_per_node=(len(policies),),
+        cpus_per_task=max(1, (cpus or len(policies)) // len(policies)),
+        mem_gb=mem_gb,
+    )
+    return PlacementPlan("cpu", "cpu", 0, placements, slurm, tuple(notes))
+
+
+def _node_layout(
+    gpus: int, gpus_per_node: int | None, nodes: int | None, max_nodes: int | None
+) -> tuple[int, int]:
+    """``(nodes, GPUs per node)`` of the job: the GPUs spread evenly over its nodes."""
+    if gpus_per_node is None:
+        gpus_per_node = gpus if nodes is None else math.ceil(gpus / nodes)
+    if gpus_per_node < 1:
+        raise PlacementError(
+            f"more GPUs than the partition has: its nodes have no GPUs, so request 0 GPUs "
+            f"(workers run on the CPU) or choose a GPU partition; got {gpus}",
+            path="gpus",
+        )
+    if nodes is None:
+        nodes = math.ceil(gpus / gpus_per_node)
+    if nodes < 1:
+        raise PlacementError(f"nodes must be >= 1; got {nodes}", path="nodes")
+    if max_nodes is not None and nodes > max_nodes:
+        raise PlacementError(
+            f"more GPUs than the partition has: {gpus} GPUs need {nodes} nodes of "
+            f"{gpus_per_node}, and the partition has {max_nodes} "
+            f"({max_nodes * gpus_per_node} GPUs); request at most {max_nodes * gpus_per_node}",
+            path="gpus",
+        )
+    if gpus % nodes or gpus // nodes > gpus_per_node:
+        lower = nodes * min(gpus // nodes, gpus_per_node)
+        upper = nodes * math.ceil(gpus / nodes)
+        options = [str(n) for n in (lower, upper) if 0 < n <= nodes * gpus_per_node]
+        fix = " or ".join(dict.fromkeys(options)) or str(nodes)
+        raise PlacementError(
+            f"{gpus} GPUs cannot be spread evenly over {nodes} node(s) of {gpus_per_node} "
+            f"GPUs (Slurm's --gres=gpu:N is per node); request {fix}",
+            path="gpus",
+        )
+    return nodes, gpus // nodes
+
+
+class _Placer:
+    """The mutable state of one planning: free devices per node, placements so far."""
+
+    def __init__(self, nodes: int, per_node: int) -> None:
+        self.per_node = per_node
+        self.next_free = [0] * nodes
+        self.placements: dict[int, PolicyPlacement] = {}
+        self.notes: list[str] = []
+
+    def free(self, node: int) -> int:
+        return self.per_node - self.next_free[node]
+
+    def take(self, node: int, count: int) -> tuple[int, ...]:
+        start = self.next_free[node]
+        self.next_free[node] += count
+        return tuple(range(start, start + count))
+
+    def place_explicit(self, policies: Sequence[PolicyDemand]) -> None:
+        """Policies with a ``device_share``: whole devices, or packed fractions of one."""
+        whole: list[tuple[int, int]] = []  # (devices, pool index)
+        fractional: list[tuple[float, int]] = []
+        for index, policy in enumerate(policies):
+            share = policy.device_share
+            if share is None:
+                continue
+            if share >= 1.0 - _EPS:
+                if abs(share - round(share)) > _EPS:
+                    raise PlacementError(
+                        f"device_share {share:g} of {policy.name!r} is neither a whole number "
+                        "of GPUs nor a fraction of one: use e.g. 1 or 2, or a value below 1 to "
+                        "share a device",
+                        path=f"pool[{index}].device_share",
+                    )
+                count = round(share)
+                if count > self.per_node:
+                    raise PlacementError(
+                        f"device_share {count} of {policy.name!r} is more than a node's "
+                        f"{self.per_node} GPUs in this job, and a policy never spans nodes; "
+                        f"use at most {self.per_node} or request more GPUs per node",
+                        path=f"pool[{index}].device_share",
+                    )
+                whole.append((count, index))
+            else:
+                fractional.append((share, index))
+
+        # Shared devices for the fractions: first-fit decreasing, capacity 1.
+        bins: list[list[tuple[float, int]]] = []
+        for share, index in sorted(fractional, key=lambda item: (-item[0], item[1])):
+            for members in bins:
+                if sum(member[0] for member in members) + share <= 1.0 + _EPS:
+                    members.append((share, index))
+                    break
+            else:
+                bins.append([(share, index)])
+
+        # Units (a whole-device policy, or one shared device) go largest first to the
+        # node with the most free devices.
+        units: list[tuple[int, int, list[tuple[float, int]]]] = [
+            (count, index, []) for count, index in whole
+        ]
+        units += [(1, min(member[1] for member in members), members) for members in bins]
+        for count, first_index, members in sorted(units, key=lambda unit: (-unit[0], unit[1])):
+            node = max(range(len(self.next_free)), key=lambda k: (self.free(k), -k))
+            if self.free(node) < count:
+                name = policies[first_index].name
+                raise PlacementError(
+                    f"the device_share values do not fit in {self.gpus_text()}: no node has "
+                    f"{count} free GPU(s) left for {name!r}; request more GPUs or lower the "
+                    "device_share values",
+                    path=f"pool[{first_index}].device_share",
+                )
+            devices = self.take(node, count)
+            if members:
+                for share, index in members:
+                    policy = policies[index]
+                    self.placements[index] = PolicyPlacement(
+                        policy.name, policy.parameter_count, node, devices, _round_down(share)
+                    )
+            else:
+                policy = policies[first_index]
+                self.placements[first_index] = PolicyPlacement(
+                    policy.name, policy.parameter_count, node, devices, 1.0
+                )
+
+    def place_defaults(self, policies: Sequence[PolicyDemand]) -> None:
+        """The policies without a ``device_share``: by parameter count, on what is left."""
+        pending = [index for index, policy in enumerate(policies) if policy.device_share is None]
+        left = sum(self.free(node) for node in range(len(self.next_free)))
+        if not pending:
+            if left:
+                used = self.gpus_total() - left
+                raise PlacementError(
+                    f"the policies' device_share values use {used} of the "
+                    f"{self.gpus_text()} requested; request {used} GPU(s), raise a "
+                    "device_share, or leave one empty so MWRA gives it the rest",
+                    path="gpus",
+                )
+            return
+        names = ", ".join(repr(policies[index].name) for index in pending)
+        if not left:
+            raise PlacementError(
+                f"no GPU is left for {names} after the explicit device_share values; request "
+                "more GPUs or give them a device_share too",
+                path="gpus",
+            )
+        if left >= len(pending):
+            self._exclusive(policies, pending)
+        else:
+            self._shared(policies, pending)
+            self.notes.append(
+                f"{len(pending)} policies share {left} GPU(s): memory fractions follow "
+                "parameter counts"
+            )
+
+    def _exclusive(self, policies: Sequence[PolicyDemand], pending: list[int]) -> None:
+        open_nodes = [node for node in range(len(self.next_free)) if self.free(node) > 0]
+        if len(open_nodes) > len(pending):
+            raise PlacementError(
+                f"free GPUs on {len(open_nodes)} nodes but only {len(pending)} policies to "
+                "place there, and a policy never spans nodes; request fewer GPUs or add "
+                "policies",
+                path="gpus",
+            )
+        weight = {index: policies[index].parameter_count for index in pending}
+        largest_first = sorted(pending, key=lambda index: (-weight[index], index))
+        members: dict[int, list[int]] = {node: [] for node in open_nodes}
+        # One policy per node first (largest to the roomiest), then the rest to the node
+        # with the fewest parameters per free device that still has a device to spare.
+        roomiest = sorted(open_nodes, key=lambda node: (-self.free(node), node))
+        for node, index in zip(roomiest, largest_first, strict=False):
+            members[node].append(index)
+        for index in largest_first[len(roomiest) :]:
+            candidates = [node for node in open_nodes if len(members[node]) < self.free(node)]
+            node = min(
+                candidates,
+                key=lambda k: (Fraction(sum(weight[i] for i in members[k]), self.free(k)), k),
+            )
+            members[node].append(index)
+        for node in open_nodes:
+            group = sorted(members[node])
+            counts = _dhondt([weight[index] for index in group], self.free(node))
+            for index, count in zip(group, counts, strict=True):
+                policy = policies[index]
+                self.placements[index] = PolicyPlacement(
+                    policy.name, policy.parameter_count, node, self.take(node, count), 1.0
+                )
+
+    def _shared(self, policies: Sequence[PolicyDemand], pending: list[int]) -> None:
+        devices = [
+            (node, index)
+            for node in range(len(self.next_free))
+            for index in range(self.next_free[node], self.per_node)
+        ]
+        load = {device: 0 for device in devices}
+        members: dict[tuple[int, int], list[int]] = {device: [] for device in devices}
+        weight = {index: policies[index].parameter_count for index in pending}
+        for index in sorted(pending, key=lambda i: (-weight[i], i)):
+            device = min(devices, key=lambda d: (load[d], d))
+            load[device] += weight[index]
+            members[device].append(index)
+        for device in devices:
+            node, local = device
+            for index in members[device]:
+                policy = policies[index]
+                fraction = _round_down(weight[index] / load[device])
+                self.placements[index] = PolicyPlacement(
+                    policy.name, policy.parameter_count, node, (local,), fraction
+                )
+        for node in range(len(self.next_free)):
+            self.next_free[node] = self.per_node
+
+    def gpus_total(self) -> int:
+        return self.per_node * len(self.next_free)
+
+    def gpus_text(self) -> str:
+        return f"{self.gpus_total()} GPUs"
+
+
+def _dhondt(weights: Sequence[int], seats: int) -> list[int]:
+    """Split ``seats`` (>= len(weights)) by D'Hondt, one seat each to start with.
+
+    Each further seat goes to the largest ``weight / seats so far``; ties to the earlier.
+    """
+    counts = [1] * len(weights)
+    for _ in range(seats - len(weights)):
+        best = max(range(len(weights)), key=lambda i: (Fraction(weights[i], counts[i]), -i))
+        counts[best] += 1
+    return counts
+
+
+def _round_down(value: float) -> float:
+    scale = 10**FRACTION_DECIMALS
+    return math.floor(value * scale + _EPS) / scale
+
+
+# --- parameter counts --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ParameterCount:
+    """A policy's parameter count for MWRA and where it came from.
+
+    ``origin`` is ``"declared"`` (the registry), ``"zoo"`` (a built zoo manifest),
+    ``"config.json"`` (estimated from the model's config) or ``"fallback"`` (unknown:
+    1, so that the policy weighs like every other unknown one); ``note`` says why.
+    """
+
+    value: int
+    origin: str
+    note: str = ""
+
+
+def parameter_count(
+    source: str, *, declared: int | None = None, zoo_dir: Path | None = None
+) -> ParameterCount:
+    """The parameter count of model ``source`` (``"zoo:<id>"`` or a local directory).
+
+    In order: ``declared`` (e.g. the registry's), the built zoo policy's manifest, an
+    estimate from the model's ``config.json``, else 1 with a note. Reads JSON only.
+    """
+    if declared is not None and declared >= 1:
+        return ParameterCount(int(declared), "declared")
+    if source.startswith("zoo:"):
+        from trainer.zoo import ZOO_IDS, default_zoo_dir
+
+        zoo_id = source[len("zoo:") :]
+        if zoo_id not in ZOO_IDS:
+            return ParameterCount(1, "fallback", f"unknown zoo model {zoo_id!r}; counted as 1")
+        directory = (default_zoo_dir() if zoo_dir is None else Path(zoo_dir)) / zoo_id
+        manifest = _read_json(directory / "zoo.json")
+        n_params = manifest.get("n_params") if manifest else None
+        if isinstance(n_params, int) and n_params >= 1:
+            return ParameterCount(n_params, "zoo")
+        missing = (
+            f"zoo model {zoo_id!r} is not built in {directory.parent} (`python -m trainer zoo "
+            "build`); counted as 1, like every unbuilt zoo model"
+        )
+    else:
+        directory = Path(source).expanduser()
+        missing = (
+            f"no readable config.json in {directory}; counted as 1 (set the registry entry's "
+            "parameter count to place it by size)"
+        )
+    config = _read_json(directory / "config.json")
+    estimate = estimate_parameters(config) if config else None
+    if estimate:
+        return ParameterCount(estimate, "config.json", f"estimated from {directory}/config.json")
+    return ParameterCount(1, "fallback", missing)
+
+
+def estimate_parameters(config: Mapping[str, Any]) -> int | None:
+    """Estimate a causal LM's parameters from its Hugging Face ``config.json`` (no torch).
+
+    Exact for GPT-2 and for Llama/Qwen2/Mistral-style decoders (what the tiny zoo
+    builds); a ``12 L h^2 + V h`` estimate for other decoders; None when the config lacks
+    the sizes.
+    """
+    text_config = config.get("text_config")
+    if isinstance(text_config, Mapping) and "hidden_size" not in config:
+        config = text_config
+    number = _number_reader(config)
+    vocab = number("vocab_size")
+    if "n_embd" in config:  # GPT-2
+        hidden, layers = number("n_embd"), number("n_layer")
+        if not (vocab and hidden and layers):
+            return None
+        inner = number("n_inner") or 4 * hidden
+        positions = number("n_positions") or 0
+        per_layer = (
+            2 * 2 * hidden  # two layer norms
+            + hidden * 3 * hidden
+            + 3 * hidden  # c_attn
+            + hidden * hidden
+            + hidden  # attention c_proj
+            + hidden * inner
+            + inner  # mlp c_fc
+            + inner * hidden
+            + hidden  # mlp c_proj
+        )
+        tied = config.get("tie_word_embeddings", True) is not False
+        head = 0 if tied else vocab * hidden
+        return vocab * hidden + positions * hidden + layers * per_layer + 2 * hidden + head
+    hidden, layers = number("hidden_size"), number("num_hidden_layers")
+    if not (vocab and hidden and layers):
+        return None
+    heads = number("num_attention_heads")
+    inner = number("intermediate_size")
+    if not heads or not inner:
+        return 12 * layers * hidden * hidden + vocab * hidden
+    head_dim = number("head_dim") or hidden // heads
+    kv_heads = number("num_key_value_heads") or heads
+    q_out, kv_out = heads * head_dim, kv_heads * head_dim
+    attention = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
+    model_type = str(config.get("model_type", ""))
+    if config.get("attention_bias"):
+        attention += q_out + 2 * kv_out + hidden
+    elif model_type.startswith("qwen2"):
+        attention += q_out + 2 * kv_out  # Qwen2 has q/k/v biases
+    experts = number("num_local_experts") or number("num_experts") or 1
+    mlp = 3 * hidden * inner * experts
+    per_layer = attention + mlp + 2 * hidden
+    tied = bool(config.get("tie_word_embeddings", False))
+    embeddings = vocab * hidden * (1 if tied else 2)
+    return embeddings + layers * per_layer + hidden
+
+
+def _number_reader(config: Mapping[str, Any]) -> Any:
+    def number(key: str) -> int:
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return 0
+        return value
+
+    return number
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,153 @@
+"""ReMix for one policy worker (SPEC 5): replay, batch mixing, UTD, reincarnation.
+
+The run loop asks :meth:`ReMix.fresh_prompts` how many prompts to roll out, lets the
+sharing regime build its batch from them as usual, and hands that batch to
+:meth:`ReMix.train`, which
+
+1. tops it up with replayed own samples (1..N versions old) so that a share ``p`` of
+   the batch's prompts comes from the replay: with ``P = prompts_per_step`` the step
+   rolls out ``round((1 - p) P)`` fresh prompts and replays ``(P - fresh) x G``
+   samples (fewer while the replay is still filling, none at step 1);
+2. trains with the mix-policy surrogate, V-trace truncation and the KL-convex
+   constraint, ``m`` passes over the batch (:meth:`Policy.train_step_remix`);
+3. stores the step's own fresh rollouts with their behaviour log-probs (``log pi_k``)
+   and the advantages the regime gave them, evicting versions older than N;
+4. at the end of step ``T``, reincarnates: the reference becomes the current policy, the
+   replay is dropped, and every later step is plain on-policy GRPO
+   (:meth:`Policy.train_step`, all ``P`` prompts fresh) -- exactly the loss of a run
+   without ReMix.
+
+Every sharing regime combines with this: the replay only ever holds the learner's own
+rollouts, whose behaviour policy is one of its own versions, so ``q_t = pi_k / pi_{k-i}``
+is defined. A PRP peer rollout is used only at the step it crosses (its ratio against
+``pi_k`` times PRP's truncated weight, as without ReMix), and so are SGT's rescued
+successes (their NLL joins each of the ``m`` passes' optimizer steps).
+
+Replayed samples follow the regime's samples in the batch, so with
+``grpo.mini_batches > 1`` the last mini-batches hold the replayed ones (as PRP's peer
+rows come last). They are drawn uniformly without replacement by a ``random.Random``
+seeded from (run seed, step, policy), so nothing about the draw needs checkpointing; the
+replay itself and the reincarnation step do (:meth:`state_dict`).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import torch
+
+from trainer import metrics as m
+from trainer.config import RunConfig, remix_fresh_prompts
+from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.remix.losses import RemixObjective
+from trainer.remix.replay import ReplayBuffer, ReplaySample
+from trainer.remix.schedule import kl_lambda, reincarnates_after
+
+
+def with_replay(batch: LearnerBatch, replayed: list[ReplaySample]) -> LearnerBatch:
+    """``batch`` followed by ``replayed`` samples (their stored advantages and behaviour
+    log-probs); the batch's own rows keep ``behaviour_logp`` None (ratio against pi_k)."""
+    behaviour = list(batch.behaviour_logp) or [None] * len(batch)
+    weights = list(batch.token_weights) or [None] * len(batch)
+    return LearnerBatch(
+        prompt_ids=list(batch.prompt_ids) + [list(s.prompt_ids) for s in replayed],
+        response_ids=list(batch.response_ids) + [list(s.response_ids) for s in replayed],
+        advantages=torch.cat(
+            [batch.advantages, torch.tensor([s.advantage for s in replayed], dtype=torch.float32)]
+        ),
+        token_weights=weights + [None] * len(replayed),
+        aux_prompt_ids=batch.aux_prompt_ids,
+        aux_response_ids=batch.aux_response_ids,
+        aux_coef=batch.aux_coef,
+        behaviour_logp=behaviour + [list(s.behaviour_logp) for s in replayed],
+    )
+
+
+class ReMix:
+    """ReMix state and step logic of one policy."""
+
+    def __init__(self, config: RunConfig, policy_name: str) -> None:
+        self.config = config.remix
+        self.seed = config.seed
+        self.policy_name = policy_name
+        self.prompts_per_step = config.prompts_per_step
+        self.replay = ReplayBuffer(self.config.replay_versions)
+        self.reincarnated_at: int | None = None
+        """The step ``T`` after which training became plain on-policy, once it has."""
+
+    @property
+    def reincarnated(self) -> bool:
+        return self.reincarnated_at is not None
+
+    def fresh_prompts(self) -> int:
+        """Prompts to roll out this step: ``round((1 - p) P)``, all ``P`` once reincarnated."""
+        if self.reincarnated:
+            return self.prompts_per_step
+        return remix_fresh_prompts(self.prompts_per_step, self.config.replay_fraction)
+
+    def kl_lambda(self, step: int) -> float:
+        c = self.config
+        return kl_lambda(
+            step,
+            start=c.kl_lambda_start,
+            decay=c.kl_lambda_decay,
+            every=c.kl_lambda_every,
+            floor=c.kl_lambda_floor,
+        )
+
+    def train(
+        self, policy: Policy, batch: LearnerBatch, rollouts: Rollouts, step: int
+    ) -> dict[str, float]:
+        """Train ``policy`` on the regime's ``batch`` for ``step``; the step's metrics.
+
+        The batch's first ``len(rollouts)`` samples must be the policy's own fresh
+        rollouts (every regime puts them first).
+        """
+        if self.reincarnated:
+            return policy.train_step(batch) | {
+                m.REMIX_OFFPOLICY_FRAC: 0.0,
+                m.REMIX_REPLAY_SIZE: 0.0,
+            }
+        own = len(rollouts.batch)
+        if batch.response_ids[:own] != rollouts.batch.response_ids:
+            raise ValueError("the regime's batch must start with the policy's own rollouts")
+        wanted = (self.prompts_per_step - len(rollouts.problems)) * rollouts.group_size
+        rng = random.Random(f"remix-{self.seed}-{step}-{self.policy_name}")
+        replayed = self.replay.sample(wanted, step, rng)
+        objective = RemixObjective(
+            kl_lambda=self.kl_lambda(step),
+            c_bar=self.config.c_bar,
+            updates_per_batch=self.config.updates_per_batch,
+        )
+        metrics, behaviour = policy.train_step_remix(with_replay(batch, replayed), objective)
+        advantages = batch.advantages.tolist()
+        self.replay.add(
+            step,
+            [
+                ReplaySample(
+                    version=step,
+                    prompt_ids=tuple(batch.prompt_ids[i]),
+                    response_ids=tuple(batch.response_ids[i]),
+                    behaviour_logp=tuple(behaviour[i]),
+                    advantage=advantages[i],
+                )
+                for i in range(own)
+            ],
+        )
+        if reincarnates_after(step, self.config.reincarnation_step):
+            policy.reincarnate()
+            self.replay.clear()
+            self.reincarnated_at = step
+        return metrics | {
+            m.REMIX_OFFPOLICY_FRAC: len(replayed) / (len(replayed) + own),
+            m.REMIX_REPLAY_SIZE: float(len(self.replay)),
+        }
+
+    # --- checkpoint ---------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"replay": self.replay.state_dict(), "reincarnated_at": self.reincarnated_at}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.replay.load_state_dict(state["replay"])
+        self.reincarnated_at = state["reincarnated_at"]
