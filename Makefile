@@ -14,3 +14,6 @@ bench:  ## the benchmarks of bench/ (figures go into bench/RESULTS.md by hand)
 	PYTHONPATH=. .venv/bin/python bench/trainer_step.py
 	PYTHONPATH=. .venv/bin/python bench/thl_throughput.py
 	PYTHONPATH=. .venv/bin/python bench/regimes.py
+	PYTHONPATH=. DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mrl_bench} .venv/bin/python bench/ingest.py
+	PYTHONPATH=. .venv/bin/python bench/remix_efficiency.py
+	PYTHONPATH=. DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mrl_bench} .venv/bin/python bench/submit_latency.py

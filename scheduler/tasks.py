@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.signals import worker_ready
 
+from scheduler import service
+from scheduler.backends import BackendError
 from webapp.core.services import heartbeat_record
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="scheduler.tasks.worker_heartbeat")
@@ -24,3 +29,48 @@ def worker_heartbeat() -> dict[str, object]:
 def _heartbeat_on_worker_start(**_: object) -> None:
     """Report in as soon as a worker starts, not only at beat's first tick (30 s later)."""
     worker_heartbeat.apply()
+
+
+# --- runs ----------------------------------------------------------------------------------
+# Transient backend errors (slurmctld down, a timeout) are retried with exponential
+# backoff; anything else, or running out of retries, fails the run with a reason the run
+# page shows.
+MAX_RETRIES = 8
+
+
+def _backoff(retries: int) -> float:
+    return float(min(120, 2 ** (retries + 1)))
+
+
+@shared_task(bind=True, name="scheduler.tasks.run_submit", max_retries=MAX_RETRIES)
+def run_submit(self: Task, run_id: int) -> str:
+    """Claim queued run ``run_id`` and start its job (idempotent: a replay is skipped)."""
+    try:
+        return service.submit(run_id)
+    except BackendError as exc:
+        if exc.transient and self.request.retries < MAX_RETRIES:
+            raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+        service.fail_submission(run_id, f"submission failed: {exc}")
+        return "failed"
+
+
+@shared_task(name="scheduler.tasks.runs_sync")
+def runs_sync() -> dict[str, int]:
+    """Beat: move every active run to its job's state; re-send lost submissions."""
+    service.resend_stale_queued()
+    try:
+        return service.sync()
+    except BackendError as exc:  # the next tick tries again
+        logger.warning("status sync skipped: %s", exc)
+        return {}
+
+
+@shared_task(bind=True, name="scheduler.tasks.run_cancel", max_retries=MAX_RETRIES)
+def run_cancel(self: Task, run_id: int) -> str:
+    """Stop run ``run_id``'s job and mark it cancelled."""
+    try:
+        return service.cancel(run_id)
+    except BackendError as exc:
+        if exc.transient and self.request.retries < MAX_RETRIES:
+            raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+        raise

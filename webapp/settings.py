@@ -20,10 +20,13 @@ The variables, grouped by integration:
 
 from __future__ import annotations
 
+import os
 import secrets
+import sys
 from pathlib import Path
 
 import environ
+import plotly
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -85,6 +88,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "webapp.core",
     "webapp.dashboard",
+    "webapp.experiments",
 ]
 
 MIDDLEWARE = [
@@ -120,6 +124,14 @@ DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'demo.sqlite3'}"),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The demo's web server, worker and ingestion write concurrently: WAL lets readers
+    # proceed, IMMEDIATE transactions queue writers instead of failing them.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -138,7 +150,11 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS: list[Path | tuple[str, Path]] = [
+    BASE_DIR / "static",
+    # plotly.min.js from the plotly package (no CDN: the app works offline).
+    ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
+]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 
 # --- production hardening -----------------------------------------------------------
@@ -177,6 +193,7 @@ elif CELERY_BROKER_URL.startswith("redis"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
 CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -185,6 +202,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "worker-heartbeat": {"task": "scheduler.tasks.worker_heartbeat", "schedule": 30.0},
+    "runs-sync": {
+        "task": "scheduler.tasks.runs_sync",
+        "schedule": env.float("MRL_STATUS_SYNC_SECONDS", default=5.0),
+    },
 }
 
 # --- runs and executors ---------------------------------------------------------------
@@ -193,12 +214,34 @@ EXECUTOR = env.str("MRL_EXECUTOR", default="local")
 if EXECUTOR not in {"local", "slurm"}:
     raise environ.ImproperlyConfigured(f"MRL_EXECUTOR={EXECUTOR!r}; use 'local' or 'slurm'")
 
+# How jobs reach the trainer and the trainer reaches back: the Python (with the trainer
+# installed) and checkout the job runs from, and the base URL of this app's ingestion API
+# as seen from the compute nodes.
+JOB_PYTHON = env.str("MRL_JOB_PYTHON", default=sys.executable)
+JOB_WORKDIR = Path(env.str("MRL_JOB_WORKDIR", default=str(BASE_DIR)))
+INGEST_BASE_URL = env.str("MRL_INGEST_BASE_URL", default="http://127.0.0.1:8000")
+ZOO_DIR = env.str("MRL_ZOO_DIR", default="")
+
 # --- slurm defaults (per-experiment forms may override) ------------------------------
 SLURM_PARTITION = env.str("SLURM_PARTITION", default="")
 SLURM_ACCOUNT = env.str("SLURM_ACCOUNT", default="")
 SLURM_QOS = env.str("SLURM_QOS", default="")
 SLURM_TIME_LIMIT = env.str("SLURM_TIME_LIMIT", default="24:00:00")
 SLURM_GPUS_PER_NODE = env.int("SLURM_GPUS_PER_NODE", default=8)
+
+# The partitions the experiment form offers, with their capacity (the form refuses a
+# request that does not fit, and MWRA plans within it). JSON in MRL_PARTITIONS, e.g.
+# {"gpu": {"nodes": 4, "gpus_per_node": 8, "cpus_per_node": 64, "mem_gb_per_node": 512}}.
+# "local" is this machine (the local executor, CPU only).
+PARTITIONS: dict[str, dict[str, int]] = {
+    "local": {
+        "nodes": 1,
+        "gpus_per_node": 0,
+        "cpus_per_node": os.cpu_count() or 1,
+        "mem_gb_per_node": 16,
+    },
+    **env.json("MRL_PARTITIONS", default={}),
+}
 
 LOGGING = {
     "version": 1,

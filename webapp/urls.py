@@ -1,4 +1,4 @@
-"""Top-level URL map: accounts, the dashboard, the admin, and a health probe."""
+"""Top-level URL map: accounts, dashboard, experiments and runs, the API, admin, health."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
@@ -8,6 +8,8 @@ from webapp.core import views as core_views
 
 urlpatterns = [
     path("", include("webapp.dashboard.urls")),
+    path("", include("webapp.experiments.urls")),
+    path("api/v1/", include("webapp.api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", core_views.healthz, name="healthz"),

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -26,10 +27,9 @@ class CeleryWorker:
         return self.log_path.read_text(errors="replace")
 
 
-@pytest.fixture(scope="session")
-def celery_worker(
-    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[CeleryWorker]:
+def start_celery_worker(
+    tmp_path_factory: pytest.TempPathFactory, extra_env: dict[str, str] | None = None
+) -> CeleryWorker:
     """A real `celery worker` process, on its own queue, against the test database."""
     broker = settings.CELERY_BROKER_URL
     if not broker.startswith("redis://"):
@@ -40,7 +40,13 @@ def celery_worker(
     )
     queue = f"mrl-test-{uuid.uuid4().hex[:8]}"
     log_path = tmp_path_factory.mktemp("celery") / "worker.log"
-    env = {**os.environ, "DATABASE_URL": database_url, "CELERY_BROKER_URL": broker}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": broker,
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        **(extra_env or {}),
+    }
     argv = [sys.executable, "-m", "celery", "-A", "scheduler", "worker", "--pool=solo"]
     argv += ["--loglevel=INFO", "-Q", queue, "-n", f"{queue}@%h"]
     argv += ["--without-mingle", "--without-gossip"]
@@ -52,11 +58,63 @@ def celery_worker(
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
-    worker = CeleryWorker(process=process, queue=queue, log_path=log_path)
-    yield worker
-    process.terminate()
+    return CeleryWorker(process=process, queue=queue, log_path=log_path)
+
+
+def stop_celery_worker(worker: CeleryWorker) -> None:
+    worker.process.terminate()
     try:
-        process.wait(timeout=30)
+        worker.process.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        worker.process.kill()
+        worker.process.wait()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CeleryWorker]:
+    worker = start_celery_worker(tmp_path_factory)
+    yield worker
+    stop_celery_worker(worker)
+
+
+@dataclass
+class SchedulerWorld:
+    """A Celery worker (Redis) that submits runs whose jobs report to the live server."""
+
+    worker: CeleryWorker
+    run_root: Path
+    live_url: str
+
+
+@pytest.fixture(scope="session")
+def scheduler_world(
+    live_server: Any,
+    django_db_setup: None,
+    zoo_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SchedulerWorld]:
+    """The whole launch path: this process enqueues, a real worker submits to a real
+    backend, the job's trainer ships to the live server, the test watches Postgres."""
+    from scheduler.celery import app
+
+    # pytest's tmp dirs hold no characters the job-path pattern refuses.
+    run_root = tmp_path_factory.mktemp("runs")
+    env = {
+        "MRL_INGEST_BASE_URL": live_server.url,
+        "MRL_RUN_ROOT": str(run_root),
+        "MRL_ZOO_DIR": str(zoo_dir),
+        "MRL_JOB_PYTHON": sys.executable,
+        "MRL_JOB_WORKDIR": str(REPO),
+    }
+    previous = {name: getattr(settings, name) for name in ("RUN_ROOT", "ZOO_DIR")}
+    settings.RUN_ROOT, settings.ZOO_DIR = run_root, str(zoo_dir)
+    worker = start_celery_worker(tmp_path_factory, extra_env=env)
+    default_queue = app.conf.task_default_queue
+    app.conf.task_default_queue = worker.queue
+    yield SchedulerWorld(worker=worker, run_root=run_root, live_url=live_server.url)
+    app.conf.task_default_queue = default_queue
+    for name, value in previous.items():
+        setattr(settings, name, value)
+    stop_celery_worker(worker)

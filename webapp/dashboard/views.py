@@ -7,13 +7,15 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from webapp.core.selectors import heartbeat_latest, service_is_online
+from webapp.experiments.permissions import visible_experiments, visible_runs
 
 
 @login_required
 def index(request: HttpRequest) -> HttpResponse:
-    """Experiments and runs (none until the web-app issue adds them) and system status."""
+    """The lab's latest experiments and runs, and whether the system is healthy."""
     context = {
-        "experiments": [],
+        "experiments": visible_experiments(request.user).select_related("owner")[:10],
+        "runs": visible_runs(request.user).select_related("experiment")[:10],
         "system": {
             "database": connection.vendor,
             "broker": settings.CELERY_BROKER_URL.split("://", 1)[0],

@@ -1,0 +1,210 @@
+"""What a run's job is (:class:`JobSpec`) and the batch script that runs it.
+
+No user string reaches a shell unchecked: every field of a :class:`JobSpec` is validated
+against a strict pattern when the spec is built, and every value in the rendered script
+is additionally quoted with :func:`shlex.quote`. The run's config travels as a file path,
+never inline; the ingestion token is read from a 0600 file in the run directory.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SLURM_WORD = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")  # partition, account, qos ("" = default)
+TIME_LIMIT = re.compile(r"^(\d{1,3}-)?\d{1,3}:[0-5]\d:[0-5]\d$")  # [D-]HH:MM:SS
+PATH = re.compile(r"^/[A-Za-z0-9_./+-]{0,1000}$")  # absolute, no spaces or shell syntax
+URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9_./-]*)?$")
+CUDA_DEVICES = re.compile(r"^(\d{1,2}(,\d{1,2})*)?$")
+
+# Seconds before the time limit at which Slurm signals the batch shell (USR1): the
+# trainer checkpoints at the end of its step and the script requeues the job.
+SIGNAL_LEAD_S = 120
+
+
+class JobSpecError(ValueError):
+    """A job field that fails its pattern; ``field`` names it."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a backend needs to start, watch and stop one run."""
+
+    run_id: int
+    name: str
+    run_dir: Path
+    """Absolute; holds config, token file, job script, logs, spool and checkpoints."""
+    python: str
+    """The cluster's Python with the trainer installed (absolute path)."""
+    workdir: Path
+    """Directory to run ``python -m trainer`` from (the repository checkout)."""
+    ingest_url: str = ""
+    n_policies: int = 1
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    time_limit: str = "24:00:00"
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int = 1
+    mem_gb: int = 4
+    cuda_visible_devices: tuple[str, ...] = field(default_factory=tuple)
+    """Per policy (rank order), from the MWRA plan; empty on CPU."""
+    zoo_dir: str = ""
+
+    def __post_init__(self) -> None:
+        _check(self.run_id >= 1, "run_id", "must be a positive integer")
+        _match(NAME, self.name, "name", "1-64 letters, digits, _ . -")
+        _match(PATH, str(self.run_dir), "run_dir", "an absolute path of [A-Za-z0-9_./+-]")
+        _match(PATH, self.python, "python", "an absolute path of [A-Za-z0-9_./+-]")
+        _match(PATH, str(self.workdir), "workdir", "an absolute path of [A-Za-z0-9_./+-]")
+        if self.zoo_dir:
+            _match(PATH, self.zoo_dir, "zoo_dir", "an absolute path of [A-Za-z0-9_./+-]")
+        if self.ingest_url:
+            _match(URL, self.ingest_url, "ingest_url", "an http(s) URL without query")
+        for name in ("partition", "account", "qos"):
+            _match(SLURM_WORD, getattr(self, name), name, "letters, digits, _ . - (<= 64)")
+        _match(TIME_LIMIT, self.time_limit, "time_limit", "HH:MM:SS or D-HH:MM:SS")
+        _check(1 <= self.n_policies <= 8, "n_policies", "a pool has 1 to 8 policies")
+        _check(1 <= self.nodes <= 64, "nodes", "1 to 64 nodes")
+        _check(0 <= self.gpus_per_node <= 16, "gpus_per_node", "0 to 16")
+        _check(1 <= self.cpus_per_task <= 256, "cpus_per_task", "1 to 256")
+        _check(1 <= self.mem_gb <= 4096, "mem_gb", "1 to 4096")
+        for devices in self.cuda_visible_devices:
+            _match(CUDA_DEVICES, devices, "cuda_visible_devices", "comma-separated indices")
+
+    # --- files in the run directory ---------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / "job" / "config.json"
+
+    @property
+    def token_path(self) -> Path:
+        return self.run_dir / "job" / "ingest-token"
+
+    @property
+    def script_path(self) -> Path:
+        return self.run_dir / "job" / "run.sbatch"
+
+    @property
+    def log_path(self) -> Path:
+        """stdout and stderr of the job (both backends)."""
+        return self.run_dir / "job" / "output.log"
+
+    @property
+    def exit_code_path(self) -> Path:
+        """Written by the script when the trainer exits (the local backend reads it)."""
+        return self.run_dir / "job" / "exit-code"
+
+
+def _check(ok: bool, field_name: str, message: str) -> None:
+    if not ok:
+        raise JobSpecError(field_name, message)
+
+
+def _match(pattern: re.Pattern[str], value: str, field_name: str, expected: str) -> None:
+    if not isinstance(value, str) or pattern.fullmatch(value) is None:
+        raise JobSpecError(field_name, f"{value!r} is not allowed; expected {expected}")
+
+
+def render_script(spec: JobSpec, *, slurm: bool) -> str:
+    """The bash script that runs the trainer for ``spec`` (a Slurm batch script if ``slurm``).
+
+    It resumes from the run directory's last checkpoint whenever the run directory holds
+    a run already (a requeue or a resubmission), and writes the trainer's exit status to
+    ``exit-code``. Under Slurm it traps the pre-time-limit USR1, forwards it to the
+    trainer (which checkpoints and exits) and requeues the job.
+    """
+    q = shlex.quote
+    lines = ["#!/bin/bash"]
+    if slurm:
+        lines += [
+            f"#SBATCH --job-name={q('mrl-' + spec.name)}",
+            f"#SBATCH --output={q(str(spec.log_path))}",
+            "#SBATCH --open-mode=append",
+            f"#SBATCH --nodes={spec.nodes}",
+            f"#SBATCH --ntasks={spec.n_policies}",
+            f"#SBATCH --cpus-per-task={spec.cpus_per_task}",
+            f"#SBATCH --mem={spec.mem_gb}G",
+            f"#SBATCH --time={q(spec.time_limit)}",
+            "#SBATCH --requeue",
+            f"#SBATCH --signal=B:USR1@{SIGNAL_LEAD_S}",
+        ]
+        if spec.gpus_per_node:
+            lines.append(f"#SBATCH --gres=gpu:{spec.gpus_per_node}")
+        for option in ("partition", "account", "qos"):
+            if getattr(spec, option):
+                lines.append(f"#SBATCH --{option}={q(getattr(spec, option))}")
+    run_dir = q(str(spec.run_dir))
+    lines += [
+        "set -uo pipefail",
+        f"cd {q(str(spec.workdir))}",
+        f"RUN_DIR={run_dir}",
+        'export MRL_INGEST_TOKEN="$(cat "$RUN_DIR/job/ingest-token" 2>/dev/null || true)"',
+    ]
+    if spec.zoo_dir:
+        lines.append(f"export MRL_ZOO_DIR={q(spec.zoo_dir)}")
+    args = [
+        q(spec.python),
+        "-m",
+        "trainer",
+        "run",
+        "--config",
+        q(str(spec.config_path)),
+        "--run-dir",
+        '"$RUN_DIR"',
+    ]
+    if spec.ingest_url:
+        args += ["--ingest-url", q(spec.ingest_url)]
+    lines += [
+        "resume=()",
+        '[[ -e "$RUN_DIR/config.json" ]] && resume=(--resume)',
+        'echo "[job] run ' + str(spec.run_id) + ' starting on $(hostname) ${resume[*]:-}"',
+    ]
+    trainer = " ".join(args) + ' "${resume[@]}"'
+    if spec.cuda_visible_devices:
+        # The MWRA plan: rank i's devices are the i-th ';'-separated entry; the trainer
+        # sets its own CUDA_VISIBLE_DEVICES from it before touching CUDA.
+        lines.append(f"export MRL_DEVICES_BY_RANK={q(';'.join(spec.cuda_visible_devices))}")
+    if slurm and spec.n_policies > 1:
+        # One task per policy (across nodes if need be); rank 0's node is the rendezvous.
+        lines += [
+            'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+            "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+        ]
+        trainer = "srun --kill-on-bad-exit=1 " + trainer
+    lines += [
+        f"{trainer} &",
+        "child=$!",
+    ]
+    if slurm:
+        lines += [
+            # Near the time limit: let the trainer checkpoint, then put the job back in
+            # the queue; the requeued job resumes from that checkpoint.
+            "on_usr1() {",
+            '  echo "[job] time limit near: checkpoint and requeue"',
+            '  kill -USR1 "$child" 2>/dev/null',
+            '  wait "$child"',
+            '  scontrol requeue "$SLURM_JOB_ID"',
+            "  exit 0",
+            "}",
+            "trap on_usr1 USR1",
+        ]
+    lines += [
+        "trap 'kill -TERM \"$child\" 2>/dev/null' TERM INT",
+        'wait "$child"',
+        "status=$?",
+        # wait returns 128+n when interrupted by a trapped signal; wait again for the end.
+        'while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done',
+        'echo "$status" > "$RUN_DIR/job/exit-code"',
+        'echo "[job] trainer exited with $status"',
+        'exit "$status"',
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,71 @@
+"""Composing an experiment in the browser: a 3-policy SGT pool, an error, its fix, save."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import log_in
+from webapp.experiments.models import Experiment
+
+pytestmark = pytest.mark.browser
+
+
+def test_compose_a_three_policy_sgt_experiment(
+    page: Page, live_server: object, alice: User
+) -> None:
+    base = live_server.url  # type: ignore[attr-defined]
+    log_in(page, base, alice, "alice-password")
+    page.get_by_test_id("nav-new-experiment").click()
+    page.wait_for_url(f"{base}/experiments/new/")
+    page.evaluate("window.__sameDocument = true")
+
+    # Only the chosen regime's hyperparameters are shown.
+    expect(page.get_by_test_id("section-sgt")).to_be_hidden()
+    page.select_option("[name=regime]", "sgt")
+    expect(page.get_by_test_id("section-sgt")).to_be_visible()
+    expect(page.get_by_test_id("section-prp")).to_be_hidden()
+    expect(page.get_by_test_id("section-remix")).to_be_hidden()
+    page.fill("[name=name]", "browser-sgt")
+    page.fill("[name=seeds]", "0, 1")
+
+    # Add a third and a fourth policy, remove the fourth, move the third to the top:
+    # all in the page, without a reload.
+    page.get_by_test_id("add-policy").click()
+    page.fill("[name=pool-2-name]", "gpt2")
+    page.fill("[name=pool-2-model]", "zoo:tiny-gpt2-unigram")
+    page.get_by_test_id("add-policy").click()
+    expect(page.locator("[name=pool-TOTAL_FORMS]")).to_have_value("4")
+    page.get_by_test_id("policy-form").nth(3).get_by_test_id("remove-policy").click()
+    expect(page.get_by_test_id("policy-form")).to_have_count(3)
+    page.get_by_test_id("policy-form").nth(2).get_by_test_id("move-up").click()
+    page.get_by_test_id("policy-form").nth(1).get_by_test_id("move-up").click()
+    assert page.evaluate("window.__sameDocument") is True
+
+    # A mistake: G = 1. Preview shows the message next to the field.
+    page.fill("[name=pool-1-group_size]", "1")
+    page.fill("[name=sgt-lambda_sgt]", "0.3")
+    page.get_by_test_id("preview").click()
+    expect(page.get_by_test_id("error-pool-1-group_size")).to_contain_text("G must be at least 2")
+    expect(page.get_by_test_id("preview-panel")).to_have_count(0)
+    assert not Experiment.objects.exists()
+
+    # Fixed: the preview shows the trainer config and the MWRA plan, in pool order.
+    page.fill("[name=pool-1-group_size]", "4")
+    page.get_by_test_id("preview").click()
+    expect(page.get_by_test_id("preview-plan")).to_be_visible()
+    expect(page.get_by_test_id("plan-row")).to_have_count(3)
+    expect(page.get_by_test_id("plan-row").nth(0)).to_have_attribute("data-policy", "gpt2")
+    expect(page.get_by_test_id("preview-config")).to_contain_text('"lambda_sgt": 0.3')
+
+    page.get_by_test_id("save").click()
+    page.wait_for_url(f"{base}/experiments/*/")
+    expect(page.get_by_test_id("experiment-name")).to_have_text("browser-sgt")
+    experiment = Experiment.objects.get()
+    assert experiment.owner == alice and experiment.regime == "sgt"
+    assert [p["name"] for p in experiment.config["pool"]] == ["gpt2", "llama-char", "qwen-bpe"]
+    # pool-1 is the second policy as first rendered (qwen-bpe), wherever it moved.
+    assert [p["group_size"] for p in experiment.config["pool"]] == [8, 8, 4]
+    assert experiment.config["sgt"]["lambda_sgt"] == 0.3
+    assert experiment.seeds == [0, 1]

@@ -1,0 +1,187 @@
+"""The scheduling services against a fake backend (the real ones: tests/integration)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from django.utils import timezone
+
+from scheduler import service
+from scheduler.backends import BackendError, JobStatus
+from scheduler.jobs import JobSpec
+from webapp.experiments import services
+from webapp.experiments.models import Experiment, Run
+
+pytestmark = pytest.mark.django_db
+
+
+class FakeBackend:
+    name = "slurm"
+
+    def __init__(self) -> None:
+        self.submitted: list[JobSpec] = []
+        self.cancelled: list[str] = []
+        self.states: dict[str, JobStatus] = {}
+        self.running: dict[str, str] = {}  # spec name -> job id, for find()
+        self.fail_with: BackendError | None = None
+
+    def submit(self, spec: JobSpec) -> str:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.submitted.append(spec)
+        job_id = str(100 + len(self.submitted))
+        self.running[spec.name] = job_id
+        return job_id
+
+    def find(self, spec: JobSpec) -> str | None:
+        return self.running.get(spec.name)
+
+    def status(self, jobs: Mapping[str, JobSpec]) -> dict[str, JobStatus]:
+        return {job_id: self.states[job_id] for job_id in jobs if job_id in self.states}
+
+    def cancel(self, job_id: str, spec: JobSpec) -> None:
+        self.cancelled.append(job_id)
+
+
+@pytest.fixture
+def backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeBackend:
+    fake = FakeBackend()
+    monkeypatch.setattr(service, "backend_named", lambda name: fake)
+    monkeypatch.setattr(settings, "RUN_ROOT", tmp_path / "runs")
+    return fake
+
+
+@pytest.fixture
+def queued_run(make_experiment: Callable[..., Experiment]) -> Run:
+    experiment = make_experiment(seeds=(0,))
+    experiment.resources = {"backend": "slurm", "partition": "gpu", "mem_gb": 8}
+    experiment.save()
+    return services.runs_create(experiment, state=Run.State.QUEUED)[0]
+
+
+def test_submit_claims_writes_the_job_and_records_its_id(
+    backend: FakeBackend, queued_run: Run
+) -> None:
+    assert service.submit(queued_run.pk) == "submitted 101"
+    run = Run.objects.get(pk=queued_run.pk)
+    assert (run.state, run.slurm_job_id, run.backend) == ("submitted", "101", "slurm")
+    spec = backend.submitted[0]
+    assert spec.partition == "gpu" and spec.mem_gb == 8 and spec.n_policies == 3
+    assert spec.config_path.read_text().count('"seed": 0') == 1
+    token = spec.token_path.read_text()
+    assert services.run_for_token(token) == run  # the job's token is the run's
+    assert "#SBATCH --partition=gpu" in spec.script_path.read_text()
+
+
+def test_a_replayed_submit_does_nothing(backend: FakeBackend, queued_run: Run) -> None:
+    service.submit(queued_run.pk)
+    assert service.submit(queued_run.pk) == "skipped: the run is submitted"
+    assert len(backend.submitted) == 1
+
+
+def test_a_retry_after_a_crash_adopts_the_job_it_started(
+    backend: FakeBackend, queued_run: Run
+) -> None:
+    # The first attempt claimed the run and started the job, then died before saving the id.
+    services.run_transition(queued_run, Run.State.SUBMITTED, backend="slurm")
+    backend.running[service.job_spec(queued_run).name] = "555"
+    assert service.submit(queued_run.pk) == "submitted 555"
+    assert backend.submitted == []
+    assert Run.objects.get(pk=queued_run.pk).slurm_job_id == "555"
+
+
+def test_a_transient_error_is_raised_for_a_retry(backend: FakeBackend, queued_run: Run) -> None:
+    backend.fail_with = BackendError("Unable to contact slurm controller", transient=True)
+    with pytest.raises(BackendError):
+        service.submit(queued_run.pk)
+    assert Run.objects.get(pk=queued_run.pk).state == "submitted"  # claimed, no job yet
+    backend.fail_with = None
+    assert service.submit(queued_run.pk) == "submitted 101"
+
+
+def test_a_permanent_error_fails_the_run_with_the_reason(
+    backend: FakeBackend, queued_run: Run
+) -> None:
+    backend.fail_with = BackendError("sbatch: error: invalid partition specified: gpu")
+    assert service.submit(queued_run.pk) == "failed"
+    run = Run.objects.get(pk=queued_run.pk)
+    assert run.state == "failed" and "invalid partition" in run.failure_reason
+
+
+def test_sync_follows_the_job_through_its_states(backend: FakeBackend, queued_run: Run) -> None:
+    service.submit(queued_run.pk)
+    for job_state, expected in [("pending", "pending"), ("running", "running")]:
+        backend.states["101"] = JobStatus(job_state, node="gpu-7")
+        service.sync()
+        assert Run.objects.get(pk=queued_run.pk).state == expected
+    backend.states["101"] = JobStatus("failed", 1, "gpu-7", "the job failed (exit code 1)")
+    assert service.sync() == {"failed": 1}
+    run = Run.objects.get(pk=queued_run.pk)
+    assert (run.state, run.exit_code, run.node) == ("failed", 1, "gpu-7")
+    assert run.failure_reason.startswith("the job failed (exit code 1)")
+    assert service.sync() == {}  # terminal runs are left alone
+
+
+def test_a_forgotten_job_ends_by_its_exit_code_file(backend: FakeBackend, queued_run: Run) -> None:
+    service.submit(queued_run.pk)
+    Run.objects.filter(pk=queued_run.pk).update(submitted_at=timezone.now() - timedelta(minutes=5))
+    spec = service.job_spec(Run.objects.get(pk=queued_run.pk))
+    spec.exit_code_path.write_text("0\n")
+    service.sync()
+    run = Run.objects.get(pk=queued_run.pk)
+    assert (run.state, run.exit_code) == ("completed", 0)
+
+
+def test_a_job_forgotten_without_a_trace_fails(backend: FakeBackend, queued_run: Run) -> None:
+    service.submit(queued_run.pk)
+    service.sync()  # just submitted: given time to show up
+    assert Run.objects.get(pk=queued_run.pk).state == "submitted"
+    Run.objects.filter(pk=queued_run.pk).update(submitted_at=timezone.now() - timedelta(minutes=5))
+    service.sync()
+    run = Run.objects.get(pk=queued_run.pk)
+    assert run.state == "failed" and "disappeared" in run.failure_reason
+
+
+def test_cancel_stops_the_job_and_marks_the_run(backend: FakeBackend, queued_run: Run) -> None:
+    service.submit(queued_run.pk)
+    assert service.cancel(queued_run.pk) == "cancelled"
+    assert backend.cancelled == ["101"]
+    assert Run.objects.get(pk=queued_run.pk).state == "cancelled"
+    assert service.cancel(queued_run.pk) == "skipped: the run is cancelled"
+
+
+def test_stale_queued_runs_are_sent_again(queued_run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[int] = []
+    monkeypatch.setattr("scheduler.tasks.run_submit.delay", sent.append)
+    assert service.resend_stale_queued() == 0
+    Run.objects.filter(pk=queued_run.pk).update(queued_at=timezone.now() - timedelta(minutes=5))
+    assert service.resend_stale_queued() == 1
+    assert sent == [queued_run.pk]
+
+
+def test_the_trainers_last_word_waits_for_the_jobs_end(
+    backend: FakeBackend, queued_run: Run, client: Client
+) -> None:
+    """A job's trainer saying "failed" makes the run completing; the sync ends it with
+    the job's exit code and keeps the trainer's message first in the reason."""
+    service.submit(queued_run.pk)
+    token = backend.submitted[0].token_path.read_text()
+    response = client.post(
+        f"/api/v1/runs/{queued_run.pk}/ingest",
+        data=json.dumps({"status": {"state": "failed", "message": "RuntimeError: NaN loss"}}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert response.status_code == 200, response.content
+    assert Run.objects.get(pk=queued_run.pk).state == "completing"
+    backend.states["101"] = JobStatus("failed", 1, "gpu-7", "the job failed (exit code 1)")
+    service.sync()
+    run = Run.objects.get(pk=queued_run.pk)
+    assert (run.state, run.exit_code) == ("failed", 1)
+    assert run.failure_reason.startswith("RuntimeError: NaN loss\nthe job failed (exit code 1)")

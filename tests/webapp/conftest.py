@@ -1,0 +1,28 @@
+"""Fixtures of the web-app tests: fast password hashing, and a run with its token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from tests.webapp.test_api_support import make_run
+from webapp.experiments import services
+from webapp.experiments.models import Run
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def run(alice: User) -> Run:
+    """A submitted run of a fresh 2-policy SGT experiment of alice's."""
+    return make_run(alice)
+
+
+@pytest.fixture
+def token(run: Run) -> str:
+    return services.run_token_issue(run)

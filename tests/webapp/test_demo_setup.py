@@ -1,0 +1,46 @@
+"""`manage.py demo_setup`: the embedded demo's user, registry and sweep, idempotently."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from trainer.config import RunConfig
+from webapp.experiments.models import Experiment, ModelEntry, Run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_creates_the_user_registry_and_sweep_once(
+    django_capture_on_commit_callbacks: object,
+) -> None:
+    out = io.StringIO()
+    with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
+        call_command("demo_setup", "--sweep", stdout=out)
+    assert len(callbacks) == 2  # one run_submit per run, sent once the launch commits
+    assert sorted(ModelEntry.objects.values_list("source", flat=True)) == [
+        "zoo:tiny-gpt2-unigram",
+        "zoo:tiny-llama-char",
+        "zoo:tiny-qwen-bpe",
+    ]
+    experiments = Experiment.objects.order_by("name")
+    assert [(e.name, e.regime, e.owner.username) for e in experiments] == [
+        ("demo-sgt", "sgt", "demo"),
+        ("demo-standalone", "standalone", "demo"),
+    ]
+    for experiment in experiments:
+        assert len(experiment.config["pool"]) == 3
+        RunConfig.from_dict(experiment.config)
+    runs = Run.objects.all()
+    assert sorted((r.regime, r.state, r.backend) for r in runs) == [
+        ("sgt", "queued", "local"),
+        ("standalone", "queued", "local"),
+    ]
+    for run in runs:
+        assert f"/runs/{run.pk}/" in out.getvalue()
+
+    call_command("demo_setup", "--sweep", stdout=io.StringIO())
+    assert Experiment.objects.count() == 2 and Run.objects.count() == 2
+    assert ModelEntry.objects.count() == 3

@@ -1,0 +1,123 @@
+"""JSON plumbing of the API: replies, errors, query parameters, the two kinds of auth.
+
+Every error is JSON ``{"error": message}``; an anonymous reader gets 401 (not a redirect
+to the login page), someone outside the run's lab 404, a wrong method 405.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+
+View = Callable[..., HttpResponse]
+
+
+class ParamError(ValueError):
+    """A query parameter with a bad value; the message names it."""
+
+
+def encode_value(value: float | None) -> float | str | None:
+    """A metric value for JSON: non-finite values as "NaN", "Infinity", "-Infinity"."""
+    if value is None:
+        return None
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def json_reply(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
+    """``data`` as strict JSON (a stray NaN is a bug here, not a bare ``NaN`` literal)."""
+    body = json.dumps(data, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    return HttpResponse(body, status=status, content_type="application/json", headers=headers)
+
+
+def json_error(message: str, status: int, headers: dict[str, str] | None = None) -> HttpResponse:
+    return json_reply({"error": message}, status=status, headers=headers)
+
+
+def allow_methods(*methods: str) -> Callable[[View], View]:
+    """405 JSON (with ``Allow``) for any other method; JSON 404 for ``Http404``."""
+
+    def decorator(view: View) -> View:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                return json_error(
+                    f"method {request.method} not allowed; use {', '.join(methods)}",
+                    405,
+                    headers={"Allow": ", ".join(methods)},
+                )
+            try:
+                return view(request, *args, **kwargs)
+            except Http404:
+                return json_error("no such run", 404)
+            except ParamError as exc:
+                return json_error(str(exc), 400)
+
+        return wrapper
+
+    return decorator
+
+
+def login_required_json(view: View) -> View:
+    """Session auth for the read API: anonymous users get 401 JSON, not a redirect."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return json_error("log in first", 401)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def bearer_token(request: HttpRequest) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def int_param(
+    query: QueryDict, name: str, default: int | None, *, low: int, high: int | None = None
+) -> int | None:
+    """``query[name]`` as an integer in [low, high]; ``default`` when absent or empty."""
+    raw = query.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ParamError(f"{name}: must be an integer, not {raw[:40]!r}") from None
+    if value < low or (high is not None and value > high):
+        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ParamError(f"{name}: must be {bounds}, not {value}")
+    return value
+
+
+def text_params(query: QueryDict, name: str, max_length: int) -> list[str]:
+    """Every non-empty value of a repeatable parameter (``?key=a&key=b``)."""
+    values = [value for value in query.getlist(name) if value]
+    for value in values:
+        if len(value) > max_length:
+            raise ParamError(f"{name}: longer than {max_length} characters")
+    return values
+
+
+def choice_param(query: QueryDict, name: str, choices: tuple[str, ...]) -> str:
+    value = query.get(name, "")
+    if value and value not in choices:
+        raise ParamError(f"{name}: must be one of {list(choices)}, not {value[:40]!r}")
+    return value

@@ -1,0 +1,259 @@
+"""Write a validated ingestion batch (SPEC 8.1): idempotent, in bulk, in one transaction.
+
+A point is keyed by (run, policy, key, step) and an event by (run, step, source, target,
+kind, prompt_id); a key seen before (or earlier in the same batch) is a duplicate and
+changes nothing, so a replayed batch is harmless.
+
+On PostgreSQL each part is one set-based statement: the series are got-or-created with
+``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING`` and then selected, the
+points go in with one ``INSERT ... SELECT * FROM unnest(bigint[], int[], float8[],
+float8[]) ON CONFLICT DO NOTHING`` (NaN and +-Infinity are stored as such), and so do
+the events. Elsewhere (SQLite, the demo) ``bulk_create(ignore_conflicts=True)`` with
+counts from before and after; SQLite stores NaN as NULL, which readers treat as NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Q
+
+from webapp.api.batch import EventIn, IngestBatch, PointIn, StatusIn, first_events, first_of_each
+from webapp.experiments import services
+from webapp.experiments.models import MetricPoint, MetricSeries, Run, TransferEvent
+
+SeriesKey = tuple[str, str]  # (policy, key)
+
+
+@dataclass(frozen=True)
+class StatusOutcome:
+    """What became of a batch's ``status``: the run's state now, and whether it moved."""
+
+    state: str
+    applied: bool
+    reason: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        reply: dict[str, Any] = {"state": self.state, "applied": self.applied}
+        if self.reason:
+            reply["reason"] = self.reason
+        return reply
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    points_accepted: int = 0
+    points_duplicates: int = 0
+    events_accepted: int = 0
+    events_duplicates: int = 0
+    status: StatusOutcome | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"accepted", "duplicates", "points": {...}, "events": {...}[, "status"]}``."""
+        reply: dict[str, Any] = {
+            "accepted": self.points_accepted + self.events_accepted,
+            "duplicates": self.points_duplicates + self.events_duplicates,
+            "points": {"accepted": self.points_accepted, "duplicates": self.points_duplicates},
+            "events": {"accepted": self.events_accepted, "duplicates": self.events_duplicates},
+        }
+        if self.status is not None:
+            reply["status"] = self.status.as_json()
+        return reply
+
+
+def metrics_ingest(*, run: Run, batch: IngestBatch) -> IngestResult:
+    """Store ``batch`` for ``run`` (all or nothing) and apply its status report."""
+    with transaction.atomic():
+        points = first_of_each(batch.points)
+        events = first_events(batch.events)
+        points_new = _points_store(run.pk, points) if points else 0
+        events_new = _events_store(run.pk, events) if events else 0
+        step = batch.max_step
+        if step is not None:
+            _last_step_raise(run, step)
+        outcome = _status_apply(run, batch.status) if batch.status is not None else None
+    return IngestResult(
+        points_accepted=points_new,
+        points_duplicates=len(batch.points) - points_new,
+        events_accepted=events_new,
+        events_duplicates=len(batch.events) - events_new,
+        status=outcome,
+    )
+
+
+# --------------------------------------------------------------------------- run facts
+
+
+def _last_step_raise(run: Run, step: int) -> None:
+    """``run.last_step = max(run.last_step, step)``, race-free (a conditional UPDATE)."""
+    stale = Q(last_step__isnull=True) | Q(last_step__lt=step)
+    if Run.objects.filter(stale, pk=run.pk).update(last_step=step):
+        run.last_step = step
+
+
+def _status_apply(run: Run, status: StatusIn) -> StatusOutcome:
+    """Move the run to ``status.state`` where the state machine allows it.
+
+    A run that a backend runs (it has a job id) only goes to ``completing`` on the trainer's
+    "completed" or "failed": the status sync finishes it with the job's exit code.
+    A move it forbids (a cancelled or completed run getting a late "running") is not an
+    error: the batch is accepted and the reply says why the state stayed. The message is
+    stored too, unless the run has already finished (a cancelled run is never resurrected,
+    and its last words stay).
+    """
+    run.refresh_from_db(fields=["state", "slurm_job_id"])
+    facts: dict[str, Any] = {"status_message": status.message}
+    if status.state == Run.State.FAILED and status.message:
+        facts["failure_reason"] = status.message
+    target = status.state
+    if run.slurm_job_id and target in (Run.State.COMPLETED, Run.State.FAILED):
+        # The trainer is done, its job is not yet: the status sync records the job's end
+        # (exit code, node) and makes the run completed or failed.
+        target = Run.State.COMPLETING
+    try:
+        moved = services.run_transition(run, target, **facts)
+    except services.TransitionError as exc:
+        if not run.is_terminal:
+            Run.objects.filter(pk=run.pk).update(status_message=status.message)
+            run.status_message = status.message
+        return StatusOutcome(state=run.state, applied=False, reason=str(exc))
+    if not moved:
+        run.refresh_from_db(fields=["state"])
+        return StatusOutcome(run.state, applied=False, reason="the run's state changed meanwhile")
+    return StatusOutcome(state=run.state, applied=True)
+
+
+# --------------------------------------------------------------------------- points
+
+
+def _points_store(run_id: int, points: Sequence[PointIn]) -> int:
+    """Insert ``points`` (no repeated keys); the number that were new."""
+    pairs = sorted({(p.policy, p.key) for p in points})
+    if connection.vendor == "postgresql":
+        ids = _series_ids_postgres(run_id, pairs)
+        return _points_insert_postgres(points, ids)
+    ids = _series_ids_portable(run_id, pairs)
+    return _points_insert_portable(points, ids)
+
+
+def _table(model: type[Any]) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _series_select_postgres(run_id: int, pairs: Sequence[SeriesKey]) -> dict[SeriesKey, int]:
+    sql = (
+        f"SELECT s.id, s.policy, s.key FROM {_table(MetricSeries)} s "
+        "JOIN unnest(%s::text[], %s::text[]) AS t(policy, key) "
+        "ON s.policy = t.policy AND s.key = t.key WHERE s.run_id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [[p for p, _ in pairs], [k for _, k in pairs], run_id])
+        return {(policy, key): pk for pk, policy, key in cursor.fetchall()}
+
+
+def _series_ids_postgres(run_id: int, pairs: Sequence[SeriesKey]) -> dict[SeriesKey, int]:
+    """Ids of the series (run, policy, key) for ``pairs``, creating the missing ones."""
+    ids = _series_select_postgres(run_id, pairs)
+    missing = [pair for pair in pairs if pair not in ids]
+    if missing:
+        sql = (
+            f"INSERT INTO {_table(MetricSeries)} (run_id, policy, key) "
+            "SELECT %s, t.policy, t.key FROM unnest(%s::text[], %s::text[]) AS t(policy, key) "
+            "ON CONFLICT DO NOTHING"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [run_id, [p for p, _ in missing], [k for _, k in missing]])
+        ids.update(_series_select_postgres(run_id, missing))
+    return ids
+
+
+def _bulk_execute(sql: str, params: Sequence[Any]) -> int:
+    """Run one statement with server-side binding; the number of rows it touched.
+
+    Django binds parameters client-side (a 10,000-element array becomes a long SQL
+    literal); a plain psycopg cursor on the same connection, in the same transaction,
+    sends the arrays in binary instead, which is several times faster.
+    """
+    import psycopg
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, binary=True)
+        return cursor.rowcount
+
+
+def _points_insert_postgres(points: Sequence[PointIn], ids: dict[SeriesKey, int]) -> int:
+    rows = sorted((ids[(p.policy, p.key)], p.step, p.value, p.wall_time) for p in points)
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    sql = (
+        f"INSERT INTO {_table(MetricPoint)} (series_id, step, value, wall_time) "
+        "SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[], %s::float8[]) "
+        "ON CONFLICT DO NOTHING"
+    )
+    return _bulk_execute(sql, columns)
+
+
+def _series_ids_portable(run_id: int, pairs: Sequence[SeriesKey]) -> dict[SeriesKey, int]:
+    MetricSeries.objects.bulk_create(
+        [MetricSeries(run_id=run_id, policy=policy, key=key) for policy, key in pairs],
+        ignore_conflicts=True,
+    )
+    wanted = set(pairs)
+    rows = MetricSeries.objects.filter(
+        run_id=run_id, policy__in={p for p, _ in pairs}, key__in={k for _, k in pairs}
+    ).values_list("id", "policy", "key")
+    return {(policy, key): pk for pk, policy, key in rows if (policy, key) in wanted}
+
+
+def _points_insert_portable(points: Sequence[PointIn], ids: dict[SeriesKey, int]) -> int:
+    series = MetricPoint.objects.filter(series_id__in=set(ids.values()))
+    before = series.count()
+    MetricPoint.objects.bulk_create(
+        [
+            MetricPoint(
+                series_id=ids[(p.policy, p.key)], step=p.step, value=p.value, wall_time=p.wall_time
+            )
+            for p in points
+        ],
+        ignore_conflicts=True,
+        batch_size=500,
+    )
+    return series.count() - before
+
+
+# --------------------------------------------------------------------------- events
+
+_EVENT_COLUMNS = ("step", "source", "target", "kind", "prompt_id", "count", "weight")
+
+
+def _events_store(run_id: int, events: Sequence[EventIn]) -> int:
+    """Insert ``events`` (no repeated keys); the number that were new."""
+    if connection.vendor != "postgresql":
+        return _events_insert_portable(run_id, events)
+    rows = sorted(
+        (e.step, e.source, e.target, e.kind, e.prompt_id, e.count, e.weight) for e in events
+    )
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    sql = (
+        f"INSERT INTO {_table(TransferEvent)} (run_id, {', '.join(_EVENT_COLUMNS)}) "
+        "SELECT %s, * FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::text[], "
+        "%s::int[], %s::float8[]) ON CONFLICT DO NOTHING"
+    )
+    return _bulk_execute(sql, [run_id, *columns])
+
+
+def _events_insert_portable(run_id: int, events: Sequence[EventIn]) -> int:
+    existing = TransferEvent.objects.filter(run_id=run_id)
+    before = existing.count()
+    TransferEvent.objects.bulk_create(
+        [
+            TransferEvent(run_id=run_id, **{name: getattr(e, name) for name in _EVENT_COLUMNS})
+            for e in events
+        ],
+        ignore_conflicts=True,
+        batch_size=500,
+    )
+    return existing.count() - before

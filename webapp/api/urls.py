@@ -1,0 +1,15 @@
+"""The JSON API under /api/v1/ (ingestion per SPEC 8.1, and the read API)."""
+
+from django.urls import path
+
+from webapp.api import views
+
+app_name = "api"
+urlpatterns = [
+    path("runs/<int:run_id>/ingest", views.ingest, name="ingest"),
+    path("runs/<int:run_id>/series", views.series, name="series"),
+    path("runs/<int:run_id>/keys", views.keys, name="keys"),
+    path("runs/<int:run_id>/events", views.events, name="events"),
+    path("runs/<int:run_id>/events/summary", views.events_summary, name="events_summary"),
+    path("runs/<int:run_id>/status", views.status, name="status"),
+]

@@ -1,0 +1,141 @@
+"""Where a policy's model comes from: the lab's registry, the tiny zoo, or a local directory.
+
+A pool's model field accepts three spellings: a registry entry's name (its source,
+tokenizer and chat template are used), ``zoo:<id>`` for a tiny-zoo model, or an absolute
+path to a local Hugging Face model directory. Checks read the filesystem only (never
+weights, never ``transformers``) so they are cheap enough for every form submission.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from trainer.models import TOKENIZER_FILES
+from trainer.mwra import ParameterCount, parameter_count
+from trainer.zoo import ZOO_IDS, ZOO_PREFIX
+from webapp.experiments.models import Lab, ModelEntry
+
+MAX_LISTED = 12
+
+
+def source_problem(source: str) -> str | None:
+    """Why ``source`` is not a usable model source (``zoo:<id>`` or a directory), or None."""
+    if source.startswith(ZOO_PREFIX):
+        zoo_id = source[len(ZOO_PREFIX) :]
+        if zoo_id not in ZOO_IDS:
+            return f"unknown zoo model {zoo_id!r}; the zoo has {', '.join(ZOO_IDS)}"
+        return None
+    problem = directory_problem(source)
+    if problem:
+        return problem
+    if not (Path(source) / "config.json").is_file():
+        return (
+            f"{source} has no config.json, so it is not a Hugging Face model directory; "
+            "give the directory that save_pretrained() wrote"
+        )
+    return None
+
+
+def tokenizer_problem(path: str) -> str | None:
+    """Why ``path`` is not a tokenizer directory, or None."""
+    problem = directory_problem(path)
+    if problem:
+        return problem
+    if not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
+        return f"{path} has no {' or '.join(TOKENIZER_FILES)}; save the tokenizer there first"
+    return None
+
+
+def directory_problem(path: str) -> str | None:
+    if any(ord(char) < 32 for char in path):
+        return "a path cannot contain control characters or line breaks"
+    if not path.startswith("/"):
+        return (
+            f"{path!r} is not an absolute path; give the full path of a directory "
+            "(e.g. /data/models/qwen2-0.5b), or 'zoo:<id>' for a tiny-zoo model"
+        )
+    if not Path(path).is_dir():
+        return f"no such directory {path} (models are never downloaded; give a local directory)"
+    return None
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A pool entry's model after lookup: what the trainer config will say."""
+
+    source: str
+    entry: ModelEntry | None = None
+
+    @property
+    def tokenizer(self) -> str | None:
+        return (self.entry.tokenizer or None) if self.entry else None
+
+    @property
+    def chat_template(self) -> str | None:
+        return (self.entry.chat_template or None) if self.entry else None
+
+    def parameters(self) -> ParameterCount:
+        declared = self.entry.parameter_count if self.entry else None
+        return parameter_count(self.source, declared=declared)
+
+
+class ModelResolver:
+    """Resolves what users type in a policy's model field, against one lab's registry."""
+
+    def __init__(self, lab: Lab | None) -> None:
+        self.lab = lab
+        self._entries: dict[str, ModelEntry] | None = None
+
+    @property
+    def entries(self) -> dict[str, ModelEntry]:
+        if self._entries is None:
+            queryset = (
+                ModelEntry.objects.filter(lab=self.lab) if self.lab else ModelEntry.objects.none()
+            )
+            self._entries = {entry.name: entry for entry in queryset}
+        return self._entries
+
+    def suggestions(self) -> list[str]:
+        """What the model field's datalist offers: registry names, then the zoo."""
+        return [*self.entries, *(ZOO_PREFIX + zoo_id for zoo_id in ZOO_IDS)]
+
+    def resolve(self, text: str) -> ResolvedModel:
+        """The model ``text`` names; ValidationError ("unknown model ...") otherwise."""
+        text = text.strip()
+        if text in self.entries:
+            return ResolvedModel(self.entries[text].source, self.entries[text])
+        if text.startswith(ZOO_PREFIX) or text.startswith("/"):
+            problem = source_problem(text)
+            if problem:
+                raise ValidationError(f"unknown model {text!r}: {problem}", code="unknown_model")
+            return ResolvedModel(text)
+        raise ValidationError(
+            f"unknown model {text!r}: use a name from the lab's model registry "
+            f"({self._registry_text()}), 'zoo:<id>' ({', '.join(ZOO_IDS)}), or an absolute "
+            "path to a local Hugging Face model directory",
+            code="unknown_model",
+        )
+
+    def display_name(self, policy: dict[str, Any]) -> tuple[str, bool]:
+        """What the model field shows for a stored policy, and whether a registry entry
+        supplies its tokenizer and chat template (so those fields stay blank)."""
+        model = str(policy.get("model", ""))
+        for entry in self.entries.values():
+            if (
+                entry.source == model
+                and (entry.tokenizer or None) == policy.get("tokenizer")
+                and (entry.chat_template or None) == policy.get("chat_template")
+            ):
+                return entry.name, True
+        return model, False
+
+    def _registry_text(self) -> str:
+        names = list(self.entries)
+        if not names:
+            return "none yet"
+        shown = ", ".join(names[:MAX_LISTED])
+        return shown + (f", and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")

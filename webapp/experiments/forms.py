@@ -1,0 +1,816 @@
+"""The experiment form (pool formset, regime sections, resources) and the model registry form.
+
+:class:`ExperimentComposer` bundles the pieces of one experiment page: the general form
+(name, regime, schedule, seeds...), one section form per config section (built from the
+trainer dataclasses by :mod:`webapp.experiments.configform`), the resources form and the
+policy pool formset. It validates them field by field, then builds the trainer JSON,
+validates it with ``RunConfig.from_dict`` and puts every ``ConfigError`` message next to
+the field it names, then plans the placement with MWRA (SPEC 4.6).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.forms import formset_factory
+from django.utils.datastructures import MultiValueDict
+
+from trainer.config import (
+    MAX_POOL,
+    NAME_PATTERN,
+    OFF_POLICY,
+    REGIMES,
+    ConfigError,
+    PolicyConfig,
+    RunConfig,
+)
+from trainer.mwra import (
+    ParameterCount,
+    PlacementError,
+    PlacementPlan,
+    PolicyDemand,
+    plan_placement,
+)
+from webapp.experiments.compose_services import ENTRY_FIELDS
+from webapp.experiments.compose_sources import (
+    ModelResolver,
+    ResolvedModel,
+    source_problem,
+    tokenizer_problem,
+)
+from webapp.experiments.configform import (
+    ConfigForm,
+    section_form_class,
+    section_names,
+    section_switch,
+    section_title,
+    tag_fields,
+)
+from webapp.experiments.models import Experiment, Lab, ModelEntry
+from webapp.experiments.services import copy_name
+
+MAX_SEEDS = 32
+MAX_SEED = 2**31 - 1
+MAX_TAGS = 16
+BACKENDS = ("local", "slurm")
+TIME_LIMIT = re.compile(
+    r"^(?:(?P<days>\d{1,3})-)?(?P<hours>\d{1,3}):(?P<minutes>[0-5]\d):(?P<seconds>[0-5]\d)$"
+)
+SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+FAMILY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_HELP = "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+DEFAULT_POOL = (
+    {"name": "llama-char", "model": "zoo:tiny-llama-char"},
+    {"name": "qwen-bpe", "model": "zoo:tiny-qwen-bpe"},
+)
+"""A new experiment starts with two tiny-zoo policies of different tokenizers."""
+
+
+def _check_name(value: str, what: str = "name") -> None:
+    if not NAME_PATTERN.match(value):
+        raise ValidationError(
+            f"{value!r} is not a valid {what}: use {NAME_HELP}", code="invalid_name"
+        )
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0, 1, 2"`` -> ``[0, 1, 2]``: 1..32 distinct non-negative integers."""
+    parts = [part for part in re.split(r"[\s,]+", text.strip()) if part]
+    if not parts:
+        raise ValidationError("give at least one seed, e.g. 0 or 0, 1, 2", code="required")
+    seeds: list[int] = []
+    for part in parts:
+        if not part.isdigit() or not part.isascii():
+            raise ValidationError(
+                f"seeds are non-negative whole numbers separated by commas (e.g. 0, 1, 2); "
+                f"{part!r} is not one",
+                code="bad_seed",
+            )
+        seed = int(part)
+        if seed > MAX_SEED:
+            raise ValidationError(f"seed {seed} is too large (at most {MAX_SEED})", code="big")
+        if seed in seeds:
+            raise ValidationError(
+                f"duplicate seed {seed}: each seed is one run, give each once", code="duplicate"
+            )
+        seeds.append(seed)
+    if len(seeds) > MAX_SEEDS:
+        raise ValidationError(
+            f"give 1 to {MAX_SEEDS} seeds (one run each); got {len(seeds)}", code="too_many"
+        )
+    return seeds
+
+
+def parse_tags(text: str) -> list[str]:
+    """``"baseline, sgt"`` -> ``["baseline", "sgt"]`` (names, deduplicated)."""
+    tags: list[str] = []
+    for part in (part.strip() for part in text.split(",")):
+        if not part:
+            continue
+        if len(part) > 48 or not NAME_PATTERN.match(part):
+            raise ValidationError(
+                f"{part!r} is not a valid tag: use 1-48 letters, digits, '_', '.' or '-'",
+                code="invalid_tag",
+            )
+        if part not in tags:
+            tags.append(part)
+    if len(tags) > MAX_TAGS:
+        raise ValidationError(f"at most {MAX_TAGS} tags; got {len(tags)}", code="too_many")
+    return tags
+
+
+# --- the general part ---------------------------------------------------------------------
+class ExperimentForm(ConfigForm):
+    """Name, description, tags, notes, regime, seeds, and RunConfig's other scalar fields."""
+
+    config_class = RunConfig
+    config_exclude = ("seed",)
+    field_order = ("name", "description", "tags", "notes", "regime", "off_policy", "seeds")
+    GENERAL = ("name", "description", "tags", "notes")
+    CHOICE = ("regime", "off_policy")
+
+    name = forms.CharField(
+        max_length=64,
+        validators=[_check_name],
+        help_text=f"Experiment and run name: {NAME_HELP}",
+    )
+    description = forms.CharField(
+        required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    tags = forms.CharField(
+        required=False, max_length=1000, help_text="Comma-separated, e.g. baseline, sgt-sweep"
+    )
+    notes = forms.CharField(
+        required=False, max_length=20000, widget=forms.Textarea(attrs={"rows": 3})
+    )
+    regime = forms.ChoiceField(
+        choices=[(regime, regime) for regime in REGIMES],
+        initial=REGIMES[0],
+        help_text="How experience crosses between policies (SPEC 4)",
+    )
+    off_policy = forms.ChoiceField(
+        choices=[(method, method) for method in OFF_POLICY],
+        initial=OFF_POLICY[0],
+        help_text="Off-policy reuse applied per policy on top of the regime (SPEC 5)",
+    )
+    seeds = forms.CharField(
+        max_length=1000,
+        initial="0",
+        help_text=f"One run per seed: 1 to {MAX_SEEDS} distinct integers >= 0, e.g. 0, 1, 2",
+    )
+    cloned_from = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+    def clean_seeds(self) -> list[int]:
+        return parse_seeds(self.cleaned_data["seeds"])
+
+    def clean_tags(self) -> list[str]:
+        return parse_tags(self.cleaned_data.get("tags", ""))
+
+    def general_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.GENERAL]
+
+    def schedule_fields(self) -> list[forms.BoundField]:
+        """RunConfig's scalar fields besides name and regime: steps, prompts_per_step..."""
+        skip = {*self.GENERAL, *self.CHOICE}
+        return [self[name] for name in self.config_specs if name not in skip]
+
+
+# --- resources ----------------------------------------------------------------------------
+class ResourcesForm(forms.Form):
+    """Where the runs go and what they ask for; checked against ``settings.PARTITIONS``."""
+
+    use_required_attribute = False
+
+    backend = forms.ChoiceField(
+        choices=[(backend, backend) for backend in BACKENDS],
+        help_text="local: this machine; slurm: a job on the cluster",
+    )
+    partition = forms.ChoiceField(choices=(), help_text="Where the job runs")
+    gpus = forms.IntegerField(
+        min_value=0,
+        max_value=4096,
+        initial=0,
+        help_text="GPUs for the whole job (0: every worker on CPU); MWRA splits them",
+    )
+    cpus_per_gpu = forms.IntegerField(
+        required=False, min_value=1, max_value=1024, help_text="CPU cores per GPU"
+    )
+    cpus = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=100_000,
+        help_text="CPU cores for the whole job (instead of cpus_per_gpu)",
+    )
+    mem_gb = forms.IntegerField(
+        required=False, min_value=1, max_value=100_000, help_text="Memory per node, GB"
+    )
+    time_limit = forms.CharField(
+        max_length=64, help_text="Wall-clock limit, HH:MM:SS or D-HH:MM:SS"
+    )
+    account = forms.CharField(required=False, max_length=64, help_text="Slurm account")
+    qos = forms.CharField(required=False, max_length=64, help_text="Slurm QOS")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.partitions: dict[str, dict[str, int]] = dict(settings.PARTITIONS)
+        self.fields["partition"].choices = [
+            (name, _partition_label(name, spec)) for name, spec in self.partitions.items()
+        ]
+        tag_fields(self)
+
+    @staticmethod
+    def defaults() -> dict[str, Any]:
+        backend, partition = "local", "local"
+        if settings.EXECUTOR == "slurm":
+            cluster = [name for name in settings.PARTITIONS if name != "local"]
+            if settings.SLURM_PARTITION in cluster:
+                backend, partition = "slurm", settings.SLURM_PARTITION
+            elif cluster:
+                backend, partition = "slurm", cluster[0]
+        return {
+            "backend": backend,
+            "partition": partition,
+            "gpus": 0,
+            "time_limit": settings.SLURM_TIME_LIMIT,
+            "account": settings.SLURM_ACCOUNT,
+            "qos": settings.SLURM_QOS,
+        }
+
+    def clean_time_limit(self) -> str:
+        value = self.cleaned_data["time_limit"].strip()
+        match = TIME_LIMIT.match(value)
+        if not match:
+            raise ValidationError(
+                f"{value!r} is not a time limit: use HH:MM:SS or D-HH:MM:SS, e.g. 12:00:00 "
+                "or 2-00:00:00",
+                code="bad_time_limit",
+            )
+        if match["days"] is not None and int(match["hours"]) > 23:
+            raise ValidationError(
+                f"{value!r} is not a time limit: with days, hours must be 00-23 (e.g. 1-12:00:00)",
+                code="bad_time_limit",
+            )
+        if not any(int(match[part] or 0) for part in ("days", "hours", "minutes", "seconds")):
+            raise ValidationError("the time limit must be longer than zero", code="zero")
+        return value
+
+    def clean_account(self) -> str:
+        return self._slurm_name("account")
+
+    def clean_qos(self) -> str:
+        return self._slurm_name("qos")
+
+    def _slurm_name(self, name: str) -> str:
+        value = self.cleaned_data[name].strip()
+        if value and not SLURM_NAME.match(value):
+            raise ValidationError(
+                f"{value!r} is not a valid Slurm {name}: use letters, digits, '_', '.' or '-' "
+                "(no spaces or shell characters)",
+                code="invalid",
+            )
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        partition = data.get("partition")
+        backend = data.get("backend")
+        if partition and backend:
+            if backend == "local" and partition != "local":
+                self.add_error(
+                    "partition",
+                    "the local backend runs on this machine: choose partition 'local', or "
+                    "backend 'slurm' for a cluster partition",
+                )
+            elif backend == "slurm" and partition == "local":
+                self.add_error(
+                    "partition",
+                    "'local' is this machine, not a Slurm partition: choose a cluster "
+                    "partition (settings MRL_PARTITIONS), or backend 'local'",
+                )
+        if partition in self.partitions:
+            self._check_capacity(partition, self.partitions[partition], data)
+        if data.get("cpus_per_gpu") and data.get("cpus"):
+            self.add_error("cpus", "give cpus_per_gpu or cpus, not both")
+        if data.get("cpus_per_gpu") and data.get("gpus") == 0:
+            self.add_error("cpus_per_gpu", "a job without GPUs takes cpus, not cpus_per_gpu")
+        return data
+
+    def _check_capacity(self, partition: str, spec: dict[str, int], data: dict[str, Any]) -> None:
+        nodes, per_node = spec.get("nodes", 1), spec.get("gpus_per_node", 0)
+        gpus = data.get("gpus")
+        if gpus is not None and gpus > nodes * per_node:
+            self.add_error(
+                "gpus",
+                f"more GPUs than the partition has: {partition!r} has {nodes * per_node} "
+                f"GPUs ({nodes} node(s) x {per_node}); request at most {nodes * per_node} or "
+                "choose another partition",
+            )
+            return
+        job_nodes = math.ceil(gpus / per_node) if gpus and per_node else 1
+        gpus_on_node = min(gpus or 0, per_node)
+        cpus_per_node = spec.get("cpus_per_node")
+        if cpus_per_node and data.get("cpus_per_gpu"):
+            wanted = data["cpus_per_gpu"] * gpus_on_node
+            if wanted > cpus_per_node:
+                self.add_error(
+                    "cpus_per_gpu",
+                    f"more CPUs than a node has: {data['cpus_per_gpu']} x {gpus_on_node} GPUs "
+                    f"= {wanted} > {cpus_per_node} cores per node of {partition!r}",
+                )
+        if cpus_per_node and data.get("cpus") and data["cpus"] > cpus_per_node * job_nodes:
+            self.add_error(
+                "cpus",
+                f"more CPUs than the partition gives this job: {job_nodes} node(s) x "
+                f"{cpus_per_node} cores = {cpus_per_node * job_nodes}",
+            )
+        mem_per_node = spec.get("mem_gb_per_node")
+        if mem_per_node and data.get("mem_gb") and data["mem_gb"] > mem_per_node:
+            self.add_error(
+                "mem_gb",
+                f"more memory than a node has: {partition!r} nodes have {mem_per_node} GB",
+            )
+
+    def to_resources(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {
+            name: data.get(name)
+            for name in (
+                "backend",
+                "partition",
+                "gpus",
+                "cpus_per_gpu",
+                "cpus",
+                "mem_gb",
+                "time_limit",
+                "account",
+                "qos",
+            )
+        }
+
+
+def _partition_label(name: str, spec: dict[str, int]) -> str:
+    gpus = spec.get("gpus_per_node", 0)
+    return f"{name} ({spec.get('nodes', 1)} node(s) x {gpus} GPU(s))"
+
+
+# --- the pool -----------------------------------------------------------------------------
+class PolicyForm(ConfigForm):
+    """One policy of the pool; its fields are PolicyConfig's."""
+
+    config_class = PolicyConfig
+    ADVANCED = ("tokenizer", "chat_template")
+    MAIN = ("name", "model")
+
+    model = forms.CharField(
+        max_length=1000,
+        help_text="A model registry name, 'zoo:<id>', or an absolute local HF model directory",
+    )
+    tokenizer = forms.CharField(
+        required=False,
+        max_length=1000,
+        help_text="Local tokenizer directory; blank: the registry entry's or the model's",
+    )
+    chat_template = forms.CharField(
+        required=False,
+        max_length=100_000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Jinja chat template; blank: the registry entry's or the tokenizer's",
+    )
+
+    def __init__(self, *args: Any, resolver: ModelResolver | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resolver = resolver or ModelResolver(None)
+        self.resolved: ResolvedModel | None = None
+        self.fields["model"].widget.attrs["list"] = "model-suggestions"
+        self.fields["name"].widget.attrs["autocomplete"] = "off"
+
+    def clean_model(self) -> str:
+        text = self.cleaned_data["model"].strip()
+        self.resolved = self.resolver.resolve(text)
+        return text
+
+    def clean_tokenizer(self) -> str:
+        return _checked_tokenizer(self.cleaned_data.get("tokenizer", ""))
+
+    @property
+    def index(self) -> str:
+        """The form's index in the formset (``__prefix__`` for the empty form)."""
+        return (self.prefix or "").rsplit("-", 1)[-1]
+
+    def main_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.MAIN]
+
+    def number_fields(self) -> list[forms.BoundField]:
+        skip = {*self.MAIN, *self.ADVANCED}
+        return [self[name] for name in self.config_specs if name not in skip]
+
+    def advanced_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.ADVANCED if name in self.fields]
+
+    def to_policy(self) -> dict[str, Any]:
+        """The policy's trainer JSON (a registry entry supplies tokenizer/chat template)."""
+        policy = self.config_values()
+        assert self.resolved is not None
+        policy["model"] = self.resolved.source
+        policy["tokenizer"] = policy.get("tokenizer") or self.resolved.tokenizer
+        policy["chat_template"] = policy.get("chat_template") or self.resolved.chat_template
+        return policy
+
+
+class BasePolicyFormSet(forms.BaseFormSet):
+    """The pool: 1..MAX_POOL policies, orderable and deletable in the browser."""
+
+    default_error_messages = {
+        "too_many_forms": "a pool has at most %(num)d policies; remove one",
+        "too_few_forms": "add at least %(num)d policy to the pool",
+    }
+
+    def add_fields(self, form: forms.Form, index: int | None) -> None:
+        super().add_fields(form, index)
+        form.fields["ORDER"].widget.attrs.update(
+            {"data-role": "order", "data-testid": form.add_prefix("ORDER")}
+        )
+        form.fields["DELETE"].widget.attrs.update(
+            {"data-role": "delete", "data-testid": form.add_prefix("DELETE")}
+        )
+
+    def visible_forms(self) -> list[PolicyForm]:
+        """The kept policies in their chosen order (the config's ``pool`` order)."""
+        return list(self.ordered_forms)  # type: ignore[arg-type]
+
+
+PolicyFormSet = formset_factory(
+    PolicyForm,
+    formset=BasePolicyFormSet,
+    extra=0,
+    min_num=1,
+    max_num=MAX_POOL,
+    absolute_max=2 * MAX_POOL,
+    validate_min=True,
+    validate_max=True,
+    can_order=True,
+    can_delete=True,
+)
+
+
+# --- sections -----------------------------------------------------------------------------
+@dataclass
+class Section:
+    """One config section on the page (``grpo``, ``task``, ``sgt``...)."""
+
+    name: str
+    title: str
+    description: str
+    switch: str | None  # "regime" / "off_policy": shown only when that choice is `name`
+    form: ConfigForm
+    relevant: bool
+
+    @property
+    def show_when(self) -> str:
+        return self.name if self.switch else ""
+
+
+# --- the whole page -----------------------------------------------------------------------
+@dataclass
+class PlanRow:
+    name: str
+    parameters: ParameterCount
+    node: int | None
+    devices: str
+    memory_fraction: float | None
+
+
+class ExperimentComposer:
+    """All the forms of the experiment page, validated together into one trainer config.
+
+    ``experiment`` pre-fills from a stored experiment (edit); ``clone_of`` pre-fills from
+    another one as a new draft (create). After :meth:`is_valid`, ``config`` is the exact
+    trainer JSON, ``plan`` the MWRA placement and :meth:`save_kwargs` the arguments of
+    ``services.experiment_create`` / ``experiment_update``.
+    """
+
+    def __init__(
+        self,
+        data: MultiValueDict[str, Any] | None = None,
+        *,
+        lab: Lab | None,
+        experiment: Experiment | None = None,
+        clone_of: Experiment | None = None,
+    ) -> None:
+        self.resolver = ModelResolver(lab)
+        self.is_bound = data is not None
+        base = experiment or clone_of
+        initial = (
+            _initial_from(base, self.resolver, clone=experiment is None)
+            if base
+            else _default_initial()
+        )
+        self.form = ExperimentForm(data, initial=initial["main"])
+        self.resources = ResourcesForm(data, initial=initial["resources"], prefix="resources")
+        self.pool = PolicyFormSet(
+            data, initial=initial["pool"], prefix="pool", form_kwargs={"resolver": self.resolver}
+        )
+        choice = {
+            "regime": self._choice(data, "regime", initial["main"]),
+            "off_policy": self._choice(data, "off_policy", initial["main"]),
+        }
+        self.sections: list[Section] = []
+        for name in section_names():
+            switch = section_switch(name)
+            relevant = switch is None or choice[switch] == name
+            form_class = section_form_class(name)
+            section_initial = initial["sections"].get(name, {})
+            if data is not None and relevant:
+                form = form_class(data, initial=section_initial, prefix=name)
+            elif data is not None:
+                # Irrelevant: keep what was typed on screen, validate nothing, use defaults.
+                form = form_class(initial=_raw_values(form_class, data, name), prefix=name)
+            else:
+                form = form_class(initial=section_initial, prefix=name)
+            title, description = section_title(name)
+            self.sections.append(Section(name, title, description, switch, form, relevant))
+        self.config: dict[str, Any] | None = None
+        self.plan: PlacementPlan | None = None
+        self.parameters: list[ParameterCount] = []
+        self.visible: list[PolicyForm] = []
+
+    @staticmethod
+    def _choice(data: Any, name: str, initial: dict[str, Any]) -> str:
+        options = REGIMES if name == "regime" else OFF_POLICY
+        value = data.get(name) if data is not None else initial.get(name)
+        return value if value in options else options[0]
+
+    # --- validation ---------------------------------------------------------------------
+    def is_valid(self) -> bool:
+        if not self.is_bound:
+            return False
+        valid = self.form.is_valid()
+        valid = self.resources.is_valid() and valid
+        valid = self.pool.is_valid() and valid
+        for section in self.sections:
+            if section.relevant:
+                valid = section.form.is_valid() and valid
+        if not valid:
+            return False
+        # Fixed now: attaching config errors below makes the formset invalid.
+        self.visible = self.pool.visible_forms()
+        config = self._build_config()
+        config_errors: dict[str, str] = {}
+        try:
+            RunConfig.from_dict(config)
+        except ConfigError as error:
+            config_errors = error.errors
+            for path, message in config_errors.items():
+                self._attach(path, message)
+            valid = False
+        try:
+            self.plan = self._plan(config["pool"])
+        except PlacementError as error:
+            if error.path not in config_errors:
+                self._attach(error.path, error.message)
+            valid = False
+        if valid:
+            self.config = RunConfig.from_dict(config).to_dict()
+        return valid
+
+    def _build_config(self) -> dict[str, Any]:
+        config = self.form.config_values()
+        config["pool"] = [form.to_policy() for form in self.visible]
+        for section in self.sections:
+            if section.relevant:
+                config[section.name] = section.form.config_values()
+        return config
+
+    def _plan(self, pool: list[dict[str, Any]]) -> PlacementPlan:
+        self.parameters = [form.resolved.parameters() for form in self.visible]  # type: ignore[union-attr]
+        demands = [
+            PolicyDemand(
+                name=policy["name"],
+                parameter_count=count.value,
+                device_share=policy.get("device_share"),
+            )
+            for policy, count in zip(pool, self.parameters, strict=True)
+        ]
+        resources = self.resources.cleaned_data
+        spec = self.resources.partitions[resources["partition"]]
+        gpus_per_node = spec.get("gpus_per_node", 0)
+        return plan_placement(
+            demands,
+            gpus=resources["gpus"],
+            gpus_per_node=gpus_per_node if resources["gpus"] else None,
+            max_nodes=spec.get("nodes"),
+            cpus_per_gpu=resources.get("cpus_per_gpu"),
+            cpus=resources.get("cpus"),
+            mem_gb=resources.get("mem_gb"),
+        )
+
+    def _attach(self, path: str, message: str) -> None:
+        """Put a ConfigError / PlacementError message next to the field ``path`` names."""
+        match = re.match(r"^pool\[(\d+)\]\.(\w+)", path)
+        if match:
+            index, name = int(match[1]), match[2]
+            if index < len(self.visible):
+                form = self.visible[index]
+                form.add_error(name if name in form.fields else None, message)
+                return
+        if path == "pool" or path.startswith("pool"):
+            self.pool._non_form_errors.append(message)  # type: ignore[union-attr]
+            return
+        if path in {"gpus", "gpus_per_node", "nodes"}:
+            self.resources.add_error("gpus", message)
+            return
+        head, _, rest = path.partition(".")
+        field = re.sub(r"\[\d+\]$", "", rest)
+        for section in self.sections:
+            if section.name == head and rest:
+                section.form.add_error(field if field in section.form.fields else None, message)
+                return
+        if path == "seed":
+            self.form.add_error("seeds", message)
+        elif path in self.form.fields:
+            self.form.add_error(path, message)
+        else:
+            self.form.add_error(None, f"{path}: {message}" if path else message)
+
+    # --- results -------------------------------------------------------------------------
+    def save_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``services.experiment_create`` / ``experiment_update``."""
+        assert self.config is not None and self.plan is not None
+        resources = self.resources.to_resources()
+        resources.update(
+            nodes=self.plan.slurm.nodes,
+            gpus_per_node=self.plan.slurm.gpus_per_node,
+            placement=self.plan.to_dict(),
+        )
+        data = self.form.cleaned_data
+        return {
+            "config": self.config,
+            "seeds": data["seeds"],
+            "resources": resources,
+            "description": data.get("description", ""),
+            "notes": data.get("notes", ""),
+            "tags": data.get("tags", []),
+        }
+
+    def config_json(self) -> str:
+        return json.dumps(self.config, indent=2)
+
+    def plan_rows(self) -> list[PlanRow]:
+        assert self.plan is not None
+        return [
+            PlanRow(
+                name=placement.name,
+                parameters=count,
+                node=placement.node,
+                devices=placement.cuda_visible_devices,
+                memory_fraction=placement.memory_fraction,
+            )
+            for placement, count in zip(self.plan.policies, self.parameters, strict=True)
+        ]
+
+    def has_errors(self) -> bool:
+        if not self.is_bound:
+            return False
+        forms_ = [self.form, self.resources, *(s.form for s in self.sections if s.relevant)]
+        # pool.errors leaves out removed policies, whose fields are never checked.
+        return (
+            any(form.errors for form in forms_)
+            or bool(self.pool.non_form_errors())
+            or any(self.pool.errors)
+        )
+
+
+# --- initial values -----------------------------------------------------------------------
+def _default_initial() -> dict[str, Any]:
+    return {
+        "main": {},
+        "resources": ResourcesForm.defaults(),
+        "pool": [dict(policy) for policy in DEFAULT_POOL],
+        "sections": {},
+    }
+
+
+def _initial_from(
+    experiment: Experiment, resolver: ModelResolver, *, clone: bool
+) -> dict[str, Any]:
+    """Every field of the page from a stored experiment (its config, seeds, resources)."""
+    config = experiment.config if isinstance(experiment.config, dict) else {}
+    main = ExperimentForm.initial_from_config(config)
+    main.update(
+        name=copy_name(experiment.name) if clone else experiment.name,
+        description=experiment.description,
+        notes=experiment.notes,
+        tags=", ".join(tag.name for tag in experiment.tags.all()),
+        seeds=", ".join(str(seed) for seed in experiment.seeds),
+    )
+    if clone:
+        main["cloned_from"] = experiment.pk
+    pool = []
+    for policy in config.get("pool", []):
+        if not isinstance(policy, dict):
+            continue
+        values = PolicyForm.initial_from_config(policy)
+        values["model"], from_registry = resolver.display_name(policy)
+        if from_registry:
+            values["tokenizer"] = values["chat_template"] = ""
+        pool.append(values)
+    resources = ResourcesForm.defaults()
+    stored = experiment.resources if isinstance(experiment.resources, dict) else {}
+    for name in ResourcesForm.base_fields:
+        if stored.get(name) is not None:
+            resources[name] = stored[name]
+    sections = {
+        name: section_form_class(name).initial_from_config(config.get(name))
+        for name in section_names()
+    }
+    return {"main": main, "resources": resources, "pool": pool, "sections": sections}
+
+
+def _checked_tokenizer(value: str) -> str:
+    """A tokenizer directory field: blank, or a directory a tokenizer loads from."""
+    value = value.strip()
+    problem = tokenizer_problem(value) if value else None
+    if problem:
+        raise ValidationError(problem, code="bad_tokenizer")
+    return value
+
+
+def _raw_values(form_class: type[ConfigForm], data: Any, prefix: str) -> dict[str, Any]:
+    """What the browser sent for a form's fields, as initial values (no validation)."""
+    form = form_class(prefix=prefix)
+    return {
+        name: field.widget.value_from_datadict(data, MultiValueDict(), form.add_prefix(name))
+        for name, field in form.fields.items()
+    }
+
+
+# --- the model registry -------------------------------------------------------------------
+class ModelEntryForm(forms.ModelForm):
+    """A registry entry: name unique in the lab, a source that exists, sizes that make sense."""
+
+    use_required_attribute = False
+
+    class Meta:
+        model = ModelEntry
+        fields = list(ENTRY_FIELDS)
+        widgets = {
+            "chat_template": forms.Textarea(attrs={"rows": 4}),
+            "notes": forms.Textarea(attrs={"rows": 3}),
+        }
+
+    def __init__(self, *args: Any, lab: Lab, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lab = lab
+        self.fields["parameter_count"].validators.append(_at_least_one)
+        self.fields["source"].help_text = (
+            "'zoo:<id>' for a tiny-zoo model, or the absolute path of a local Hugging Face "
+            "model directory (with config.json)"
+        )
+        tag_fields(self, raw_labels=False)
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        _check_name(name)
+        clash = ModelEntry.objects.filter(lab=self.lab, name=name)
+        if self.instance.pk:
+            clash = clash.exclude(pk=self.instance.pk)
+        if clash.exists():
+            raise ValidationError(
+                f"the lab's registry already has a model named {name!r}; choose another name",
+                code="duplicate",
+            )
+        return name
+
+    def clean_source(self) -> str:
+        source = self.cleaned_data["source"].strip()
+        problem = source_problem(source)
+        if problem:
+            raise ValidationError(problem, code="bad_source")
+        return source
+
+    def clean_tokenizer(self) -> str:
+        return _checked_tokenizer(self.cleaned_data.get("tokenizer", ""))
+
+    def clean_family(self) -> str:
+        value = self.cleaned_data.get("family", "").strip()
+        if value and not FAMILY.match(value):
+            raise ValidationError(
+                f"{value!r} is not a family name: use e.g. llama, qwen2, gpt2", code="invalid"
+            )
+        return value
+
+
+def _at_least_one(value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValidationError(
+            f"parameter_count must be at least 1; got {value} (leave it blank to estimate it "
+            "from the model's config.json)",
+            code="min_value",
+        )

@@ -1,0 +1,283 @@
+"""The lab's data: who is in the lab, which models it has, what it ran and what came back.
+
+- :class:`Lab` / :class:`LabMembership`: everyone in a lab sees everything of that lab;
+  only an object's owner (or staff) changes it.
+- :class:`ModelEntry`: the lab's model registry (a zoo id or a local HF directory).
+- :class:`Experiment`: a policy pool + regime + hyperparameters + seeds + resources. Its
+  ``config`` is the exact trainer JSON (``trainer.config.RunConfig``) minus the seed.
+- :class:`Run`: one experiment x one seed (x one regime for sweeps); its ``config`` is the
+  exact JSON the job reads. Carries the state machine and the Slurm facts.
+- :class:`MetricSeries` / :class:`MetricPoint`: one series per (run, policy, key), one
+  point per step, keyed so that ingestion is idempotent (SPEC 8.1).
+- :class:`TransferEvent`: the peer-transfer log (SPEC 4.5).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.urls import reverse
+
+NAME_VALIDATOR = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+    "Use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit.",
+)
+
+
+class Lab(models.Model):
+    """A research group sharing one view of all its experiments."""
+
+    name = models.CharField(max_length=100, unique=True)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="LabMembership", related_name="labs"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LabMembership(models.Model):
+    lab = models.ForeignKey(Lab, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="lab_memberships"
+    )
+    joined_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["lab", "user"], name="membership_unique_lab_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.lab}"
+
+
+class Tag(models.Model):
+    lab = models.ForeignKey(Lab, on_delete=models.CASCADE, related_name="tags")
+    name = models.CharField(max_length=48, validators=[NAME_VALIDATOR])
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["lab", "name"], name="tag_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelEntry(models.Model):
+    """A model the lab can put in a pool: a tiny-zoo id or a local HF directory."""
+
+    lab = models.ForeignKey(Lab, on_delete=models.CASCADE, related_name="models")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="model_entries"
+    )
+    name = models.CharField(max_length=64, validators=[NAME_VALIDATOR])
+    source = models.CharField(
+        max_length=500, help_text="'zoo:<id>' or an absolute path to a local HF model directory"
+    )
+    tokenizer = models.CharField(
+        max_length=500, blank=True, help_text="Local tokenizer directory; blank: the model's"
+    )
+    family = models.CharField(max_length=64, blank=True, help_text="e.g. llama, qwen2, gpt2")
+    parameter_count = models.BigIntegerField(
+        null=True, blank=True, help_text="Parameters; MWRA places policies by it"
+    )
+    chat_template = models.TextField(blank=True, help_text="Jinja; blank: the tokenizer's own")
+    notes = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["lab", "name"], name="model_entry_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Experiment(models.Model):
+    """A pool, a regime, hyperparameters, seeds and resources: the form's result."""
+
+    lab = models.ForeignKey(Lab, on_delete=models.CASCADE, related_name="experiments")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="experiments"
+    )
+    name = models.CharField(max_length=64, validators=[NAME_VALIDATOR])
+    description = models.TextField(blank=True)
+    regime = models.CharField(max_length=16, db_index=True)
+    off_policy = models.CharField(max_length=16, default="none")
+    config = models.JSONField(help_text="Trainer JSON (trainer.config.RunConfig); seed varies")
+    seeds = models.JSONField(default=list, help_text="One run per seed")
+    resources = models.JSONField(
+        default=dict, help_text="backend, partition, gpus, cpus_per_gpu, mem_gb, time_limit..."
+    )
+    tags = models.ManyToManyField(Tag, blank=True, related_name="experiments")
+    notes = models.TextField(blank=True)
+    cloned_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("experiments:experiment_detail", args=[self.pk])
+
+    @property
+    def policy_names(self) -> list[str]:
+        return [policy.get("name", "?") for policy in self.config.get("pool", [])]
+
+
+class Run(models.Model):
+    """One experiment x one seed: one Slurm job (or one local process group)."""
+
+    class State(models.TextChoices):
+        DRAFT = "draft"
+        QUEUED = "queued"
+        SUBMITTED = "submitted"
+        PENDING = "pending"
+        RUNNING = "running"
+        COMPLETING = "completing"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    TERMINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED})
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=64, validators=[NAME_VALIDATOR])
+    seed = models.IntegerField()
+    regime = models.CharField(max_length=16, db_index=True)
+    off_policy = models.CharField(max_length=16, default="none")
+    config = models.JSONField(help_text="The exact trainer JSON the job reads")
+    state = models.CharField(
+        max_length=16, choices=State.choices, default=State.DRAFT, db_index=True
+    )
+    status_message = models.CharField(max_length=500, blank=True)
+    last_step = models.IntegerField(null=True, blank=True)
+    backend = models.CharField(max_length=16, blank=True, help_text="local or slurm")
+    slurm_job_id = models.CharField(max_length=32, blank=True, db_index=True)
+    node = models.CharField(max_length=255, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True)
+    run_dir = models.CharField(max_length=1000, blank=True)
+    token_hash = models.CharField(max_length=64, blank=True, db_index=True)
+    token_created_at = models.DateTimeField(null=True, blank=True)
+    tags = models.ManyToManyField(Tag, blank=True, related_name="runs")
+    notes = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("experiments:run_detail", args=[self.pk])
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.TERMINAL_STATES
+
+    @property
+    def policy_names(self) -> list[str]:
+        return [policy.get("name", "?") for policy in self.config.get("pool", [])]
+
+
+class RunStateChange(models.Model):
+    """One step of a run's life: the state it entered and when (the run page's timeline)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="state_changes")
+    state = models.CharField(max_length=16, choices=Run.State.choices)
+    at = models.DateTimeField()
+    note = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} -> {self.state} at {self.at:%H:%M:%S}"
+
+
+class MetricSeries(models.Model):
+    """One curve: (run, policy, key). Policy ``_pool`` holds pool-level metrics."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series")
+    policy = models.CharField(max_length=64)
+    key = models.CharField(max_length=128)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "policy", "key"], name="series_unique_run_policy_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.policy}/{self.key}"
+
+
+class MetricPoint(models.Model):
+    """One value of a series at a step; (series, step) is the primary key.
+
+    ``value`` is a float8; PostgreSQL stores NaN and +-Infinity natively. (SQLite, the
+    demo's database, turns NaN into NULL; readers treat NULL as NaN.)
+    """
+
+    pk = models.CompositePrimaryKey("series_id", "step")
+    # The primary key (series_id, step) already indexes series_id.
+    series = models.ForeignKey(
+        MetricSeries, on_delete=models.CASCADE, related_name="points", db_index=False
+    )
+    step = models.IntegerField()
+    value = models.FloatField(null=True)
+    wall_time = models.FloatField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.series_id}@{self.step}={self.value}"
+
+
+class TransferEvent(models.Model):
+    """Experience crossing from one policy to another (SPEC 4.5)."""
+
+    class Kind(models.TextChoices):
+        ROLLOUT = "rollout"
+        ADVANTAGE_STATS = "advantage_stats"
+        SUCCESS = "success"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transfer_events")
+    step = models.IntegerField()
+    source = models.CharField(max_length=64)
+    target = models.CharField(max_length=64)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    prompt_id = models.CharField(max_length=128, blank=True)
+    count = models.IntegerField(default=1)
+    weight = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["step", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step", "source", "target", "kind", "prompt_id"],
+                name="transfer_event_unique",
+            )
+        ]
+        indexes = [models.Index(fields=["run", "step"], name="transfer_event_run_step")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}@{self.step} {self.source}->{self.target} {self.kind}"

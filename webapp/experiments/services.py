@@ -1,0 +1,289 @@
+"""Write-side operations on labs, experiments and runs. Views and tasks call these.
+
+Run tokens: a run's ingestion token is ``mrl_`` + 43 random URL-safe characters. It is
+shown once (returned by :func:`run_token_issue`); only its SHA-256 is stored, and
+issuing a new one revokes the old one.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from trainer.config import RunConfig
+from webapp.experiments.models import Experiment, Lab, LabMembership, Run, RunStateChange, Tag
+
+DEFAULT_LAB_NAME = "Lab"
+TOKEN_PREFIX = "mrl_"
+
+# Which state may follow which; the scheduler drives these. A run's own status reports
+# move it too (running -> completed), also for a run started by hand with its token
+# (draft/queued -> running).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    Run.State.DRAFT: frozenset({Run.State.QUEUED, Run.State.RUNNING, Run.State.CANCELLED}),
+    Run.State.QUEUED: frozenset(
+        {Run.State.SUBMITTED, Run.State.RUNNING, Run.State.FAILED, Run.State.CANCELLED}
+    ),
+    Run.State.SUBMITTED: frozenset(
+        {Run.State.PENDING, Run.State.RUNNING, Run.State.COMPLETING, Run.State.COMPLETED}
+        | {Run.State.FAILED, Run.State.CANCELLED}
+    ),
+    Run.State.PENDING: frozenset(
+        {Run.State.RUNNING, Run.State.COMPLETING, Run.State.COMPLETED}
+        | {Run.State.FAILED, Run.State.CANCELLED}
+    ),
+    Run.State.RUNNING: frozenset(
+        {Run.State.PENDING, Run.State.COMPLETING, Run.State.COMPLETED}
+        | {Run.State.FAILED, Run.State.CANCELLED}
+    ),
+    Run.State.COMPLETING: frozenset(
+        {Run.State.COMPLETED, Run.State.FAILED, Run.State.CANCELLED, Run.State.PENDING}
+    ),
+    # A finished run can be resubmitted (resume from its last checkpoint).
+    Run.State.COMPLETED: frozenset({Run.State.QUEUED}),
+    Run.State.FAILED: frozenset({Run.State.QUEUED}),
+    Run.State.CANCELLED: frozenset({Run.State.QUEUED}),
+}
+_TIMESTAMP_OF_STATE = {
+    Run.State.QUEUED: "queued_at",
+    Run.State.SUBMITTED: "submitted_at",
+    Run.State.RUNNING: "started_at",
+    Run.State.COMPLETED: "finished_at",
+    Run.State.FAILED: "finished_at",
+    Run.State.CANCELLED: "finished_at",
+}
+
+
+class TransitionError(ValueError):
+    """A state change the state machine does not allow."""
+
+
+# --- labs ----------------------------------------------------------------------------
+def lab_join(user: AbstractBaseUser, lab: Lab | None = None) -> Lab:
+    """Add ``user`` to ``lab`` (default: the default lab, created on first use)."""
+    if lab is None:
+        lab, _ = Lab.objects.get_or_create(name=DEFAULT_LAB_NAME)
+    LabMembership.objects.get_or_create(lab=lab, user=user)
+    return lab
+
+
+def lab_for_user(user: AbstractBaseUser) -> Lab:
+    """The lab new experiments of ``user`` go to: their first lab."""
+    membership = (
+        LabMembership.objects.filter(user=user).select_related("lab").order_by("id").first()
+    )
+    if membership is None:
+        raise PermissionDenied("you are not a member of any lab; ask an admin to add you")
+    return membership.lab
+
+
+def tags_resolve(lab: Lab, names: Iterable[str]) -> list[Tag]:
+    return [Tag.objects.get_or_create(lab=lab, name=name)[0] for name in names if name]
+
+
+# --- experiments ---------------------------------------------------------------------
+def experiment_create(
+    *,
+    owner: AbstractBaseUser,
+    config: dict[str, Any],
+    seeds: list[int],
+    resources: dict[str, Any] | None = None,
+    description: str = "",
+    notes: str = "",
+    tags: Iterable[str] = (),
+    lab: Lab | None = None,
+    cloned_from: Experiment | None = None,
+) -> Experiment:
+    """Store a validated experiment. ``config`` must pass ``RunConfig.from_dict``."""
+    run_config = RunConfig.from_dict(config)  # raises ConfigError
+    lab = lab or lab_for_user(owner)
+    with transaction.atomic():
+        experiment = Experiment.objects.create(
+            lab=lab,
+            owner=owner,
+            name=run_config.name,
+            description=description,
+            regime=run_config.regime,
+            off_policy=run_config.off_policy,
+            config=run_config.to_dict(),
+            seeds=list(seeds),
+            resources=dict(resources or {}),
+            notes=notes,
+            cloned_from=cloned_from,
+        )
+        experiment.tags.set(tags_resolve(lab, tags))
+    return experiment
+
+
+def experiment_update(
+    experiment: Experiment,
+    *,
+    config: dict[str, Any],
+    seeds: list[int],
+    resources: dict[str, Any] | None = None,
+    description: str | None = None,
+    notes: str | None = None,
+    tags: Iterable[str] | None = None,
+) -> Experiment:
+    run_config = RunConfig.from_dict(config)
+    experiment.name = run_config.name
+    experiment.regime = run_config.regime
+    experiment.off_policy = run_config.off_policy
+    experiment.config = run_config.to_dict()
+    experiment.seeds = list(seeds)
+    if resources is not None:
+        experiment.resources = dict(resources)
+    if description is not None:
+        experiment.description = description
+    if notes is not None:
+        experiment.notes = notes
+    with transaction.atomic():
+        experiment.save()
+        if tags is not None:
+            experiment.tags.set(tags_resolve(experiment.lab, tags))
+    return experiment
+
+
+def experiment_clone(experiment: Experiment, *, owner: AbstractBaseUser) -> Experiment:
+    """A new draft experiment with the same pool, regime and settings, owned by ``owner``."""
+    config = copy.deepcopy(experiment.config)
+    config["name"] = copy_name(experiment.name)
+    return experiment_create(
+        owner=owner,
+        config=config,
+        seeds=list(experiment.seeds),
+        resources=copy.deepcopy(experiment.resources),
+        description=experiment.description,
+        tags=[tag.name for tag in experiment.tags.all()],
+        lab=experiment.lab,
+        cloned_from=experiment,
+    )
+
+
+def copy_name(name: str) -> str:
+    """The name of a clone of ``name`` (still a valid, <= 64-character name)."""
+    stem = name[: 64 - len("-copy")]
+    return f"{stem}-copy"
+
+
+# --- runs ----------------------------------------------------------------------------
+def run_config_for_seed(experiment: Experiment, seed: int) -> dict[str, Any]:
+    """The exact trainer JSON of one run: the experiment's config with this seed."""
+    config = copy.deepcopy(experiment.config)
+    config["seed"] = seed
+    config["name"] = _run_name(experiment.name, seed)
+    return RunConfig.from_dict(config).to_dict()
+
+
+def _run_name(experiment_name: str, seed: int) -> str:
+    suffix = f"-s{seed}"
+    return experiment_name[: 64 - len(suffix)] + suffix
+
+
+def runs_create(experiment: Experiment, *, state: str = Run.State.DRAFT) -> list[Run]:
+    """One run per seed of ``experiment``, in ``state`` (draft, or queued to launch)."""
+    now = timezone.now()
+    runs = []
+    with transaction.atomic():
+        for seed in experiment.seeds:
+            config = run_config_for_seed(experiment, seed)
+            runs.append(
+                Run.objects.create(
+                    experiment=experiment,
+                    name=config["name"],
+                    seed=seed,
+                    regime=experiment.regime,
+                    off_policy=experiment.off_policy,
+                    config=config,
+                    state=state,
+                    queued_at=now if state == Run.State.QUEUED else None,
+                    backend=str(experiment.resources.get("backend", "")),
+                )
+            )
+            RunStateChange.objects.create(run=runs[-1], state=state, at=now)
+    return runs
+
+
+def experiment_launch(experiment: Experiment) -> list[Run]:
+    """Queue one run per seed of ``experiment``; each is submitted once this commits."""
+    from scheduler.service import enqueue_submit  # the scheduler imports this module
+
+    with transaction.atomic():
+        runs = runs_create(experiment, state=Run.State.QUEUED)
+        for run in runs:
+            enqueue_submit(run)
+    return runs
+
+
+def run_transition(run: Run, new_state: str, **facts: Any) -> bool:
+    """Move ``run`` to ``new_state`` if its current state allows it; set ``facts`` too.
+
+    Conditional on the state read (``UPDATE ... WHERE state = old``), so two workers racing
+    on the same run cannot both move it. Returns False when the run's state changed
+    underneath (the caller lost the race); raises :class:`TransitionError` when the state
+    machine forbids the move.
+    """
+    old_state = run.state
+    if new_state == old_state:
+        updated = Run.objects.filter(pk=run.pk, state=old_state).update(
+            updated_at=timezone.now(), **facts
+        )
+        _refresh(run, facts)
+        return updated == 1
+    if new_state not in TRANSITIONS.get(old_state, frozenset()):
+        raise TransitionError(f"a {old_state} run cannot become {new_state}")
+    now = timezone.now()
+    changes: dict[str, Any] = {"state": new_state, "updated_at": now, **facts}
+    timestamp = _TIMESTAMP_OF_STATE.get(new_state)
+    if timestamp and timestamp not in facts:
+        changes[timestamp] = now
+    if new_state == Run.State.QUEUED:  # resubmission: a fresh lifecycle
+        changes.update(finished_at=None, exit_code=None, failure_reason="")
+    with transaction.atomic():
+        updated = Run.objects.filter(pk=run.pk, state=old_state).update(**changes)
+        if updated:
+            note = str(facts.get("failure_reason") or facts.get("status_message") or "")
+            RunStateChange.objects.create(run=run, state=new_state, at=now, note=note[:500])
+    if updated:
+        _refresh(run, changes)
+    return updated == 1
+
+
+def _refresh(run: Run, changes: dict[str, Any]) -> None:
+    for name, value in changes.items():
+        setattr(run, name, value)
+
+
+# --- run tokens ----------------------------------------------------------------------
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def run_token_issue(run: Run) -> str:
+    """A new ingestion token for ``run`` (the old one stops working). Shown once."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    Run.objects.filter(pk=run.pk).update(
+        token_hash=token_hash(token), token_created_at=timezone.now()
+    )
+    run.token_hash = token_hash(token)
+    return token
+
+
+def run_token_revoke(run: Run) -> None:
+    Run.objects.filter(pk=run.pk).update(token_hash="", token_created_at=None)
+    run.token_hash = ""
+
+
+def run_for_token(token: str) -> Run | None:
+    """The run whose token this is, or None (no, or a revoked, token)."""
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        return None
+    return Run.objects.filter(token_hash=token_hash(token)).first()

@@ -1,0 +1,128 @@
+"""Composing experiments (create, edit, clone as a draft) and the model registry pages.
+
+Thin views: the forms validate (webapp/experiments/forms.py), the services write.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from webapp.experiments import compose_services, permissions, services
+from webapp.experiments.forms import ExperimentComposer, ModelEntryForm
+from webapp.experiments.models import Experiment, ModelEntry
+
+SAVE, PREVIEW = "save", "preview"
+
+
+# --- experiments --------------------------------------------------------------------------
+@login_required
+@require_http_methods(["GET", "POST"])
+def experiment_create(request: HttpRequest) -> HttpResponse:
+    """A new experiment; ``?from=<pk>`` starts from a copy of another one (a new draft)."""
+    lab = services.lab_for_user(request.user)  # 403 for someone in no lab
+    clone_of = _clone_source(request)
+    data = request.POST if request.method == "POST" else None
+    composer = ExperimentComposer(data, lab=clone_of.lab if clone_of else lab, clone_of=clone_of)
+    if data is not None and composer.is_valid() and request.POST.get("action") == SAVE:
+        experiment = services.experiment_create(
+            owner=request.user,
+            lab=clone_of.lab if clone_of else lab,
+            cloned_from=clone_of,
+            **composer.save_kwargs(),
+        )
+        messages.success(request, f"Saved experiment {experiment.name}.")
+        return redirect(experiment.get_absolute_url())
+    return _render_form(request, composer, experiment=None, clone_of=clone_of)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def experiment_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    experiment = permissions.get_editable(request.user, Experiment.objects, pk)
+    data = request.POST if request.method == "POST" else None
+    composer = ExperimentComposer(data, lab=experiment.lab, experiment=experiment)
+    if data is not None and composer.is_valid() and request.POST.get("action") == SAVE:
+        services.experiment_update(experiment, **composer.save_kwargs())
+        messages.success(request, f"Saved experiment {experiment.name}.")
+        return redirect(experiment.get_absolute_url())
+    return _render_form(request, composer, experiment=experiment, clone_of=None)
+
+
+def _clone_source(request: HttpRequest) -> Experiment | None:
+    """The experiment a new draft copies: ``?from=<pk>`` (GET) or the form's cloned_from."""
+    raw = request.GET.get("from") or request.POST.get("cloned_from") or ""
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise Http404("no such experiment")
+    return permissions.get_viewable(request.user, Experiment.objects, int(raw))
+
+
+def _render_form(
+    request: HttpRequest,
+    composer: ExperimentComposer,
+    *,
+    experiment: Experiment | None,
+    clone_of: Experiment | None,
+) -> HttpResponse:
+    return render(
+        request,
+        "experiments/experiment_form.html",
+        {
+            "composer": composer,
+            "experiment": experiment,
+            "clone_of": clone_of,
+            "previewing": composer.config is not None,
+        },
+    )
+
+
+# --- the model registry -------------------------------------------------------------------
+@login_required
+def model_list(request: HttpRequest) -> HttpResponse:
+    entries = permissions.visible_models(request.user).select_related("owner", "lab")
+    rows = [(entry, permissions.can_edit(request.user, entry)) for entry in entries]
+    return render(request, "experiments/model_list.html", {"rows": rows})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def model_create(request: HttpRequest) -> HttpResponse:
+    lab = services.lab_for_user(request.user)
+    form = ModelEntryForm(request.POST or None, lab=lab)
+    if request.method == "POST" and form.is_valid():
+        entry = compose_services.model_entry_create(
+            owner=request.user, lab=lab, **form.cleaned_data
+        )
+        messages.success(request, f"Added {entry.name} to the model registry.")
+        return redirect("experiments:model_list")
+    return render(request, "experiments/model_form.html", {"form": form})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def model_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    entry = permissions.get_editable(request.user, ModelEntry.objects, pk)
+    form = ModelEntryForm(request.POST or None, instance=entry, lab=entry.lab)
+    if request.method == "POST" and form.is_valid():
+        compose_services.model_entry_update(entry, **form.cleaned_data)
+        messages.success(request, f"Saved {entry.name}.")
+        return redirect("experiments:model_list")
+    return render(request, "experiments/model_form.html", {"form": form, "entry": entry})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def model_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET asks for confirmation; POST (with the CSRF token) deletes."""
+    entry = permissions.get_editable(request.user, ModelEntry.objects, pk)
+    if request.method == "POST":
+        name = entry.name
+        compose_services.model_entry_delete(entry)
+        messages.success(request, f"Removed {name} from the model registry.")
+        return redirect("experiments:model_list")
+    return render(request, "experiments/model_confirm_delete.html", {"entry": entry})

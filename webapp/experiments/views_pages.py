@@ -1,0 +1,202 @@
+"""Experiments and runs: lists, detail pages and their owner-only actions.
+
+Thin views: queries live in ``selectors``, changes in ``services``, who-may-what in
+``permissions``. Every state-changing view is POST-only (CSRF-checked by the middleware).
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from scheduler import service as scheduler_service
+from scheduler.backends import log_tail
+from scheduler.jobs import JobSpecError
+from trainer.metrics import POOL
+from webapp.experiments import services
+from webapp.experiments.filters import experiment_filter_form, run_filter_form
+from webapp.experiments.metric_groups import groups_as_json
+from webapp.experiments.models import Experiment, Run
+from webapp.experiments.permissions import can_edit, get_editable, get_viewable
+from webapp.experiments.selectors import (
+    experiment_run_summary,
+    experiments_for_list,
+    runs_for_list,
+)
+
+PAGE_SIZE = 25
+
+
+def _page(request: HttpRequest, queryset: object) -> object:
+    paginator = Paginator(queryset, PAGE_SIZE)  # type: ignore[arg-type]
+    return paginator.get_page(request.GET.get("page"))
+
+
+def _query_without_page(request: HttpRequest) -> str:
+    query = request.GET.copy()
+    query.pop("page", None)
+    return query.urlencode()
+
+
+# --- experiments -----------------------------------------------------------------------
+@login_required
+@require_GET
+def experiment_list(request: HttpRequest) -> HttpResponse:
+    form = experiment_filter_form(request.GET or None)
+    page = _page(request, experiments_for_list(request.user, form.filters()))
+    context = {"form": form, "page": page, "query": _query_without_page(request)}
+    return render(request, "experiments/experiment_list.html", context)
+
+
+@login_required
+@require_GET
+def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    experiment = get_viewable(request.user, Experiment.objects.select_related("owner"), pk)
+    context = {
+        "experiment": experiment,
+        "runs": experiment.runs.order_by("seed", "id"),
+        "run_summary": experiment_run_summary(experiment),
+        "config_json": json.dumps(experiment.config, indent=2),
+        "placement": experiment.resources.get("placement"),
+        "resources": {k: v for k, v in experiment.resources.items() if k != "placement"},
+        "can_edit": can_edit(request.user, experiment),
+    }
+    return render(request, "experiments/experiment_detail.html", context)
+
+
+@login_required
+@require_POST
+def experiment_clone(request: HttpRequest, pk: int) -> HttpResponse:
+    """Any lab member may clone an experiment into a new draft of their own."""
+    experiment = get_viewable(request.user, Experiment.objects.all(), pk)
+    clone = services.experiment_clone(experiment, owner=request.user)
+    messages.success(request, f"Cloned into the new draft {clone.name!r}; edit it, then launch.")
+    return redirect("experiments:experiment_edit", pk=clone.pk)
+
+
+@login_required
+@require_POST
+def experiment_launch(request: HttpRequest, pk: int) -> HttpResponse:
+    experiment = get_editable(request.user, Experiment.objects.all(), pk)
+    runs = services.experiment_launch(experiment)
+    messages.success(request, f"Queued {len(runs)} run(s) of {experiment.name}.")
+    return redirect(experiment)
+
+
+@login_required
+@require_POST
+def experiment_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    experiment = get_editable(request.user, Experiment.objects.all(), pk)
+    active = experiment.runs.exclude(state__in=[*Run.TERMINAL_STATES, Run.State.DRAFT])
+    if active.exists():
+        messages.error(request, "Cancel its active runs before deleting this experiment.")
+        return redirect(experiment)
+    name = experiment.name
+    experiment.delete()
+    messages.success(request, f"Deleted experiment {name!r} and its runs.")
+    return redirect("experiments:experiment_list")
+
+
+# --- runs ------------------------------------------------------------------------------
+@login_required
+@require_GET
+def run_list(request: HttpRequest) -> HttpResponse:
+    form = run_filter_form(request.GET or None)
+    page = _page(request, runs_for_list(request.user, form.filters()))
+    context = {"form": form, "page": page, "query": _query_without_page(request)}
+    return render(request, "experiments/run_list.html", context)
+
+
+@login_required
+@require_GET
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_viewable(request.user, Run.objects.select_related("experiment__owner"), pk)
+    page_config = {
+        "runId": run.pk,
+        "policies": [*run.policy_names, POOL],
+        "groups": groups_as_json(),
+        "urls": {
+            "status": reverse("api:status", args=[run.pk]),
+            "keys": reverse("api:keys", args=[run.pk]),
+            "series": reverse("api:series", args=[run.pk]),
+            "events": reverse("api:events", args=[run.pk]),
+            "eventsSummary": reverse("api:events_summary", args=[run.pk]),
+            "log": reverse("experiments:run_log", args=[run.pk]),
+        },
+        "pollMs": 2000,
+    }
+    context = {
+        "run": run,
+        "experiment": run.experiment,
+        "config_json": json.dumps(run.config, indent=2),
+        "state_changes": run.state_changes.all(),
+        "page_config": page_config,
+        "can_edit": can_edit(request.user, run),
+        "new_token": request.session.pop(f"run-token-{run.pk}", None),
+        "event_kinds": ["rollout", "advantage_stats", "success"],
+    }
+    return render(request, "experiments/run_detail.html", context)
+
+
+@login_required
+@require_POST
+def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """Stop the run: a queued run is cancelled at once, a submitted one by its job."""
+    run = get_editable(request.user, Run.objects.select_related("experiment"), pk)
+    if run.is_terminal:
+        messages.info(request, f"The run is already {run.state}.")
+    elif run.state in (Run.State.DRAFT, Run.State.QUEUED) and not run.slurm_job_id:
+        services.run_transition(run, Run.State.CANCELLED, failure_reason="cancelled by the user")
+        messages.success(request, "Run cancelled.")
+    else:
+        scheduler_service.enqueue_cancel(run)
+        messages.success(request, "Cancelling: the job is being stopped.")
+    return redirect(run)
+
+
+@login_required
+@require_POST
+def run_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
+    """Queue a finished run again; it resumes from its last checkpoint."""
+    run = get_editable(request.user, Run.objects.select_related("experiment"), pk)
+    if not run.is_terminal:
+        messages.error(request, f"Only a finished run can be resubmitted; this one is {run.state}.")
+    else:
+        scheduler_service.resubmit(run)
+        messages.success(request, "Resubmitted: it resumes from its last checkpoint.")
+    return redirect(run)
+
+
+@login_required
+@require_GET
+def run_log(request: HttpRequest, pk: int) -> JsonResponse:
+    """The tail of the job's stdout/stderr, for the run page (shown as text, never HTML)."""
+    run = get_viewable(request.user, Run.objects.select_related("experiment"), pk)
+    text = ""
+    if run.run_dir or run.slurm_job_id:
+        try:
+            text = log_tail(scheduler_service.job_spec(run).log_path)
+        except JobSpecError:
+            text = ""
+    return JsonResponse({"run": run.pk, "log": text})
+
+
+@login_required
+@require_POST
+def run_token(request: HttpRequest, pk: int) -> HttpResponse:
+    """Issue (or with ``revoke=1`` revoke) the run's ingestion token; shown once."""
+    run = get_editable(request.user, Run.objects.select_related("experiment"), pk)
+    if request.POST.get("revoke"):
+        services.run_token_revoke(run)
+        messages.success(request, "Ingestion token revoked.")
+    else:
+        # The session carries the token to the next page view only (never the URL).
+        request.session[f"run-token-{run.pk}"] = services.run_token_issue(run)
+    return redirect(run)
