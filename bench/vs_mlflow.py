@@ -1,0 +1,445 @@
+"""Our ingestion API against an MLflow tracking server on the same PostgreSQL (issue 9).
+
+    PYTHONPATH=. DATABASE_URL=postgres://postgres@127.0.0.1:5432/mrl_bench \\
+        .venv/bin/python bench/vs_mlflow.py [--points 400000] [--fetches 10]
+
+One stream of metrics, 4 policies x 20 keys x 5,000 steps = 400,000 points (``--points``
+takes a prefix of it: whole steps of all 80 series), goes to each side with its best
+batch API, from one client posting one batch after the other:
+
+- ours: ``POST /api/v1/runs/<id>/ingest`` with ``requests``, 10,000 points a batch (the
+  API's maximum), gunicorn with 2 sync workers (bench/ingest.py's server), the database
+  named in ``DATABASE_URL`` (dropped and recreated; its name must contain "bench");
+- MLflow: ``MlflowClient().log_batch`` with 1,000 metrics a call (MLflow's limit,
+  ``MAX_METRICS_PER_BATCH``), one MLflow run per policy (``--mlflow-layout
+  policy-in-key`` puts all 80 series in one run as "llama/train/metric_00" instead),
+  ``mlflow server --workers 2`` (uvicorn), backend store ``MLFLOW_DATABASE_URL``
+  (default ``postgres://postgres@127.0.0.1:5432/mrl_bench_mlflow``, also dropped and
+  recreated; its name must contain "bench").
+
+Each side's timing covers its client's encoding (``json.dumps`` of the batch; MLflow's
+protobuf-to-JSON inside ``log_batch``) and the HTTP round trips; the point records
+themselves (dicts; ``Metric`` objects) are built before the clock starts. Then one full
+series (llama, train/metric_00: ``--points`` / 80 steps) is fetched back ``--fetches``
+times after one warm-up: ours with ``GET .../series?key=&policy=&max_points=10000`` (raw,
+not downsampled, logged-in session), MLflow's with ``MlflowClient().get_metric_history``;
+both are checked against the stream, point for point.
+
+MLflow is not one of our dependencies: it lives in its own environment, ``.venv-bench``
+(git-ignored), which this script creates on first use, the equivalent of
+
+    python3 -m venv .venv-bench
+    .venv-bench/bin/pip install mlflow==3.17.2 'psycopg[binary]'
+
+(psycopg 3, the driver SQLAlchemy 2.1 uses for ``postgresql://``, is the PostgreSQL driver
+of MLflow's SQLAlchemy store, as it is ours). The MLflow server and
+the MLflow client half of the benchmark (this file, ``--mlflow-client URI``, which prints
+its results as JSON) run from that environment; our half runs in this process.
+
+Prints a markdown table for bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_VENV = REPO / ".venv-bench"
+MLFLOW_VERSION = "3.17.2"  # the newest installable from PyPI on 2026-11-30 (3.18.0's
+# mlflow-skinny was not published yet)
+POLICIES = ("llama", "qwen", "gpt2", "phi")
+KEYS = tuple(f"train/metric_{k:02d}" for k in range(20))
+FULL_STREAM = len(POLICIES) * len(KEYS) * 5_000
+OUR_BATCH = 10_000
+MLFLOW_BATCH = 1_000
+FETCH_POLICY, FETCH_KEY = POLICIES[0], KEYS[0]
+
+
+# --------------------------------------------------------------------------- the stream
+
+
+def value_of(policy: int, key: int, step: int) -> float:
+    """A deterministic value in [0, 1) for every point: both sides get the same numbers."""
+    return ((step * 7919 + key * 104_729 + policy * 31) % 10_007) / 10_007
+
+
+def stream(n_points: int) -> list[tuple[str, str, int, float, float]]:
+    """The first ``n_points`` of the stream, (policy, key, step, value, wall_time), in the
+    order a trainer logs them: step by step, every policy x key at each step."""
+    points = []
+    step = 0
+    while len(points) < n_points:
+        for p, policy in enumerate(POLICIES):
+            for k, key in enumerate(KEYS):
+                points.append((policy, key, step, value_of(p, k, step), 1.7e9 + step))
+        step += 1
+    return points[:n_points]
+
+
+def expected_series(n_points: int) -> list[tuple[int, float]]:
+    return [(s, v) for p, k, s, v, _ in stream(n_points) if (p, k) == (FETCH_POLICY, FETCH_KEY)]
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    return {"p50": at(0.5), "p95": at(0.95), "n": len(times)}
+
+
+# --------------------------------------------------------------------------- MLflow client
+# Runs under .venv-bench/bin/python: the standard library and mlflow only.
+
+
+def mlflow_client(uri: str, n_points: int, fetches: int, layout: str) -> dict[str, Any]:
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("vs-mlflow-bench")
+    if layout == "run-per-policy":
+        runs = {p: client.create_run(experiment, run_name=p).info.run_id for p in POLICIES}
+
+        def target(policy: str, key: str) -> tuple[str, str]:
+            return runs[policy], key
+    else:
+        run_id = client.create_run(experiment, run_name="all-policies").info.run_id
+        runs = dict.fromkeys(POLICIES, run_id)
+
+        def target(policy: str, key: str) -> tuple[str, str]:
+            return run_id, f"{policy}/{key}"
+
+    # The batches, in stream order: a batch goes out when its run has 1,000 metrics ready.
+    calls: list[tuple[str, list[Any]]] = []
+    pending: dict[str, list[Any]] = {}
+    for policy, key, step, value, wall_time in stream(n_points):
+        run_id, name = target(policy, key)
+        metrics = pending.setdefault(run_id, [])
+        metrics.append(Metric(name, value, int(wall_time * 1000), step))
+        if len(metrics) == MLFLOW_BATCH:
+            calls.append((run_id, metrics))
+            pending[run_id] = []
+    calls.extend((run_id, metrics) for run_id, metrics in pending.items() if metrics)
+
+    started = time.perf_counter()
+    for run_id, metrics in calls:
+        client.log_batch(run_id, metrics=metrics)
+    seconds = time.perf_counter() - started
+
+    fetch_run, fetch_key = target(FETCH_POLICY, FETCH_KEY)
+    expected = expected_series(n_points)
+    history = client.get_metric_history(fetch_run, fetch_key)  # warm-up, and the check
+    got = sorted((m.step, m.value) for m in history)
+    if got != expected:
+        sys.exit(f"MLflow gave back {len(got)} points, not the {len(expected)} logged")
+    times = []
+    for _ in range(fetches):
+        t0 = time.perf_counter()
+        history = client.get_metric_history(fetch_run, fetch_key)
+        times.append(time.perf_counter() - t0)
+        assert len(history) == len(expected)
+    import psycopg
+    import sqlalchemy
+
+    return {
+        "points": n_points,
+        "calls": len(calls),
+        "seconds": seconds,
+        "fetch": summary(times),
+        "series_points": len(expected),
+        "versions": {
+            "mlflow": mlflow.__version__,
+            "sqlalchemy": sqlalchemy.__version__,
+            "mlflow psycopg": psycopg.__version__,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- the bench environment
+
+
+def bench_python() -> Path:
+    """``.venv-bench/bin/python`` with mlflow==MLFLOW_VERSION, made on first use."""
+    python = BENCH_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import mlflow, psycopg; print(mlflow.__version__)"]
+    if python.exists():
+        found = subprocess.run(probe, capture_output=True, text=True)
+        if found.returncode == 0 and found.stdout.strip() == MLFLOW_VERSION:
+            return python
+    print(f"creating {BENCH_VENV} with mlflow=={MLFLOW_VERSION} (once)", flush=True)
+    subprocess.run(["python3", "-m", "venv", str(BENCH_VENV)], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"mlflow=={MLFLOW_VERSION}", "psycopg[binary]"],
+        check=True,
+    )
+    subprocess.run(probe, check=True, capture_output=True)
+    return python
+
+
+def mlflow_database_url() -> str:
+    url = os.environ.get(
+        "MLFLOW_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mrl_bench_mlflow"
+    )
+    name = urlparse(url).path.lstrip("/")
+    if "bench" not in name:
+        sys.exit(f"refusing to drop database {name!r}: its name must contain 'bench'")
+    return url
+
+
+def start_mlflow(python: Path, store: str, artifacts: Path, port: int, log: Path) -> Any:
+    import requests
+
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+    server = subprocess.Popen(
+        [str(python.parent / "mlflow"), "server", "--backend-store-uri", store,
+         "--default-artifact-root", artifacts.as_uri(), "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "2"],
+        cwd=artifacts, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,  # mlflow starts uvicorn's processes: stop them as one group
+    )  # fmt: skip
+    deadline = time.monotonic() + 240  # the first start creates MLflow's schema
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            sys.exit(f"mlflow server exited ({server.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
+                return server
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.5)
+    stop_group(server)
+    sys.exit(f"mlflow server did not answer /health within 240 s:\n{log.read_text()[-3000:]}")
+
+
+def stop_group(server: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+# --------------------------------------------------------------------------- our side
+
+
+def ours(n_points: int, fetches: int) -> dict[str, Any]:
+    import requests
+
+    from bench.ingest import (
+        database_url,
+        free_port,
+        recreate_database,
+        setup_run,
+        start_server,
+    )
+
+    wall0 = time.perf_counter()
+    url = database_url()
+    work = Path(tempfile.mkdtemp(prefix="mrl-bench-vs-mlflow-"))
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "MRL_VAR_DIR": str(work),
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-" + "x" * 60,
+        "LOG_LEVEL": "WARNING",
+    }
+    os.environ.update(env)
+    recreate_database(url)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True)
+    run, token, session_id = setup_run()
+    port = free_port()
+    server = start_server(env, port)
+    base = f"http://127.0.0.1:{port}/api/v1/runs/{run.pk}"
+    points = [
+        {"policy": p, "key": k, "step": s, "value": v, "wall_time": w}
+        for p, k, s, v, w in stream(n_points)
+    ]
+    chunks = [points[i : i + OUR_BATCH] for i in range(0, len(points), OUR_BATCH)]
+    try:
+        ingest = requests.Session()
+        ingest.headers["Authorization"] = f"Bearer {token}"
+        ingest.headers["Content-Type"] = "application/json"
+        accepted = 0
+        load = os.getloadavg()[0]
+        started = time.perf_counter()
+        for chunk in chunks:
+            response = ingest.post(f"{base}/ingest", data=json.dumps({"points": chunk}))
+            response.raise_for_status()
+            accepted += response.json()["accepted"]
+        seconds = time.perf_counter() - started
+        assert accepted == n_points, (accepted, n_points)
+
+        reader = requests.Session()
+        reader.cookies.set("sessionid", session_id)
+        params = {"key": FETCH_KEY, "policy": FETCH_POLICY, "max_points": 10_000}
+        expected = expected_series(n_points)
+        reply = reader.get(f"{base}/series", params=params)  # warm-up, and the check
+        reply.raise_for_status()
+        (series,) = reply.json()["series"]
+        got = [(s, v) for s, v in series["points"]]
+        if series["downsampled"] or got != expected:
+            sys.exit(f"our API gave back {len(got)} points, not the {len(expected)} ingested")
+        times = []
+        for _ in range(fetches):
+            t0 = time.perf_counter()
+            reply = reader.get(f"{base}/series", params=params)
+            body = reply.json()
+            times.append(time.perf_counter() - t0)
+            assert len(body["series"][0]["points"]) == len(expected)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
+
+    import django
+    import gunicorn
+    import psycopg
+
+    return {
+        "points": n_points,
+        "calls": len(chunks),
+        "seconds": seconds,
+        "load": load,
+        "fetch": summary(times),
+        "series_points": len(expected),
+        "wall": time.perf_counter() - wall0,
+        "versions": {
+            "django": django.get_version(),
+            "psycopg": psycopg.__version__,
+            "gunicorn": gunicorn.__version__,
+        },
+    }
+
+
+def theirs(n_points: int, fetches: int, layout: str) -> dict[str, Any]:
+    from bench.ingest import free_port, recreate_database
+
+    wall0 = time.perf_counter()
+    python = bench_python()
+    url = mlflow_database_url()
+    recreate_database(url)
+    store = urlparse(url)._replace(scheme="postgresql+psycopg").geturl()
+    work = Path(tempfile.mkdtemp(prefix="mrl-bench-mlflow-"))
+    port = free_port()
+    server = start_mlflow(python, store, work, port, work / "server.log")
+    try:
+        load = os.getloadavg()[0]
+        client = subprocess.run(
+            [str(python), __file__, "--mlflow-client", f"http://127.0.0.1:{port}",
+             "--points", str(n_points), "--fetches", str(fetches), "--mlflow-layout", layout],
+            cwd=REPO, check=True, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"},
+        )  # fmt: skip
+    finally:
+        stop_group(server)
+        shutil.rmtree(work, ignore_errors=True)
+    result = json.loads(client.stdout.strip().splitlines()[-1])
+    result["load"] = load
+    result["wall"] = time.perf_counter() - wall0
+    return result
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--points", type=int, default=FULL_STREAM, help="a prefix of the 400,000-point stream"
+    )
+    parser.add_argument("--fetches", type=int, default=10, help="fetches per latency figure")
+    parser.add_argument(
+        "--mlflow-layout", choices=("run-per-policy", "policy-in-key"), default="run-per-policy"
+    )
+    parser.add_argument("--mlflow-client", metavar="URI", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    step = len(POLICIES) * len(KEYS)
+    if args.points <= 0 or args.points % step:
+        parser.error(f"--points must be a positive multiple of {step} (whole steps)")
+    if args.mlflow_client:
+        print(
+            json.dumps(
+                mlflow_client(args.mlflow_client, args.points, args.fetches, args.mlflow_layout)
+            )
+        )
+        return
+
+    sys.path.insert(0, str(REPO))
+    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    mine = ours(args.points, args.fetches)
+    print(f"ours: {json.dumps(mine)}", flush=True)
+    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    other = theirs(args.points, args.fetches, args.mlflow_layout)
+    print(f"mlflow: {json.dumps(other)}", flush=True)
+    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+
+    ours_rate = mine["points"] / mine["seconds"]
+    their_rate = other["points"] / other["seconds"]
+    n = mine["series_points"]
+
+    def ms(value: float) -> str:
+        return f"{value * 1000:.0f} ms"
+
+    rows = [
+        (
+            f"ingest {args.points:,} points (80 series), points/s",
+            f"{ours_rate:,.0f} ({mine['calls']} x {OUR_BATCH:,}, "
+            f"{mine['seconds'] / mine['calls'] * 1000:.0f} ms/batch)",
+            f"{their_rate:,.0f} ({other['calls']} x {MLFLOW_BATCH:,}, "
+            f"{other['seconds'] / other['calls'] * 1000:.0f} ms/batch)",
+            f"{ours_rate / their_rate:.1f}x",
+        ),
+        (
+            "ingest wall time",
+            f"{mine['seconds']:.1f} s",
+            f"{other['seconds']:.1f} s",
+            f"{other['seconds'] / mine['seconds']:.1f}x",
+        ),
+    ]
+    for q in ("p50", "p95"):
+        rows.append(
+            (
+                f"fetch one full series ({n:,} points), {q} of {args.fetches}",
+                ms(mine["fetch"][q]),
+                ms(other["fetch"][q]),
+                f"{other['fetch'][q] / mine['fetch'][q]:.1f}x",
+            )
+        )
+    rows.append(
+        (
+            "side's total wall time (database, server start, ingest, fetches)",
+            f"{mine['wall']:.0f} s",
+            f"{other['wall']:.0f} s",
+            "",
+        )
+    )
+    rows.append(("1-min load average at the start of ingestion", f"{mine['load']:.1f}",
+                 f"{other['load']:.1f}", ""))  # fmt: skip
+    versions = {**mine["versions"], **other["versions"]}
+    print(f"\nMLflow layout: {args.mlflow_layout}; versions: {json.dumps(versions)}")
+    print("\n| measurement | ours | MLflow | ours vs MLflow |\n| --- | --- | --- | --- |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
