@@ -159,6 +159,15 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _field_name(name: str) -> str:
+    """A field name from the request, safe to echo in an error: printable ASCII as sent,
+    anything else (a lone surrogate, control characters, a megabyte of text) JSON-escaped
+    and cut short."""
+    if name.isascii() and name.isprintable() and len(name) <= 40:
+        return name
+    return _show(name)
+
+
 def _fields(where: str, record: Any, allowed: frozenset[str], required: frozenset[str]) -> None:
     if type(record) is dict and record.keys() <= allowed and required <= record.keys():
         return
@@ -166,7 +175,9 @@ def _fields(where: str, record: Any, allowed: frozenset[str], required: frozense
         raise BatchError(f"{where}: must be an object, not {_kind(record)}")
     unknown = sorted(set(record) - allowed)
     if unknown:
-        raise BatchError(f"{where}.{unknown[0]}: unknown field (allowed: {sorted(allowed)})")
+        raise BatchError(
+            f"{where}.{_field_name(unknown[0])}: unknown field (allowed: {sorted(allowed)})"
+        )
     missing = sorted(required - set(record))
     if missing:
         raise BatchError(f"{where}.{missing[0]}: missing")
@@ -241,7 +252,9 @@ def parse_batch(raw: bytes) -> IngestBatch:
         raise BatchError(f"body: must be a JSON object, not {_kind(body)}")
     unknown = sorted(set(body) - {"points", "events", "status"})
     if unknown:
-        raise BatchError(f"{unknown[0]}: unknown field (allowed: events, points, status)")
+        raise BatchError(
+            f"{_field_name(unknown[0])}: unknown field (allowed: events, points, status)"
+        )
     points = _list("points", body.get("points", []))
     if len(points) > MAX_POINTS:
         raise BatchError(f"points: {len(points)} points; a batch holds at most {MAX_POINTS}", 413)

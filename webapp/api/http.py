@@ -113,6 +113,8 @@ def text_params(query: QueryDict, name: str, max_length: int) -> list[str]:
     for value in values:
         if len(value) > max_length:
             raise ParamError(f"{name}: longer than {max_length} characters")
+        if "\x00" in value:  # no stored name holds one, and PostgreSQL refuses it
+            raise ParamError(f"{name}: must not contain NUL characters")
     return values
 
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from webapp.api import views
+from webapp.api import schema, views
 
 app_name = "api"
 urlpatterns = [
@@ -12,4 +12,5 @@ urlpatterns = [
     path("runs/<int:run_id>/events", views.events, name="events"),
     path("runs/<int:run_id>/events/summary", views.events_summary, name="events_summary"),
     path("runs/<int:run_id>/status", views.status, name="status"),
+    path("schema", schema.schema, name="schema"),
 ]

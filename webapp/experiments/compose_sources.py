@@ -32,7 +32,7 @@ def source_problem(source: str) -> str | None:
     problem = directory_problem(source)
     if problem:
         return problem
-    if not (Path(source) / "config.json").is_file():
+    if not _is_file(Path(source) / "config.json"):
         return (
             f"{source} has no config.json, so it is not a Hugging Face model directory; "
             "give the directory that save_pretrained() wrote"
@@ -45,7 +45,7 @@ def tokenizer_problem(path: str) -> str | None:
     problem = directory_problem(path)
     if problem:
         return problem
-    if not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
+    if not any(_is_file(Path(path) / name) for name in TOKENIZER_FILES):
         return f"{path} has no {' or '.join(TOKENIZER_FILES)}; save the tokenizer there first"
     return None
 
@@ -58,9 +58,21 @@ def directory_problem(path: str) -> str | None:
             f"{path!r} is not an absolute path; give the full path of a directory "
             "(e.g. /data/models/qwen2-0.5b), or 'zoo:<id>' for a tiny-zoo model"
         )
-    if not Path(path).is_dir():
+    try:
+        is_dir = Path(path).is_dir()
+    except OSError as error:  # a name too long, a directory we may not enter...
+        return f"cannot read {path}: {error.strerror or error}"
+    if not is_dir:
         return f"no such directory {path} (models are never downloaded; give a local directory)"
     return None
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False where the filesystem refuses to say (EACCES...)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)

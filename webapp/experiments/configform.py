@@ -29,6 +29,9 @@ from django.core.exceptions import ValidationError
 from trainer.config import OFF_POLICY, REGIMES, RunConfig
 
 _ONE_OF = re.compile(r"^One of (\(.*\))$")
+MAX_CONFIG_INT = 2**31 - 1
+"""Every integer of the config is a count or a step: bounded like a 32-bit integer, so a
+20-digit number gets a message next to its field instead of reaching the trainer."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,12 @@ def build_field(spec: ConfigField, **overrides: Any) -> forms.Field:
         common["required"] = False
         return forms.BooleanField(**common)
     if spec.kind == "int":
-        return forms.IntegerField(widget=forms.NumberInput(attrs={"step": "1"}), **common)
+        return forms.IntegerField(
+            widget=forms.NumberInput(attrs={"step": "1"}),
+            min_value=-MAX_CONFIG_INT - 1,
+            max_value=MAX_CONFIG_INT,
+            **common,
+        )
     if spec.kind == "float":
         return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any"}), **common)
     if spec.kind in {"int_list", "str_list"}:

@@ -19,7 +19,9 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.forms import formset_factory
+from django.http import QueryDict
 from django.utils.datastructures import MultiValueDict
 
 from trainer.config import (
@@ -46,6 +48,7 @@ from webapp.experiments.compose_sources import (
     tokenizer_problem,
 )
 from webapp.experiments.configform import (
+    MAX_CONFIG_INT,
     ConfigForm,
     section_form_class,
     section_names,
@@ -59,6 +62,7 @@ from webapp.experiments.services import copy_name
 MAX_SEEDS = 32
 MAX_SEED = 2**31 - 1
 MAX_TAGS = 16
+MAX_MICRO_BATCH = 65_536
 BACKENDS = ("local", "slurm")
 TIME_LIMIT = re.compile(
     r"^(?:(?P<days>\d{1,3})-)?(?P<hours>\d{1,3}):(?P<minutes>[0-5]\d):(?P<seconds>[0-5]\d)$"
@@ -388,6 +392,8 @@ class PolicyForm(ConfigForm):
         super().__init__(*args, **kwargs)
         self.resolver = resolver or ModelResolver(None)
         self.resolved: ResolvedModel | None = None
+        # The trainer's divisibility hint for micro_batch_size counts up to it: keep it sane.
+        self.fields["micro_batch_size"].validators.append(MaxValueValidator(MAX_MICRO_BATCH))
         self.fields["model"].widget.attrs["list"] = "model-suggestions"
         self.fields["name"].widget.attrs["autocomplete"] = "off"
 
@@ -503,15 +509,17 @@ class ExperimentComposer:
         lab: Lab | None,
         experiment: Experiment | None = None,
         clone_of: Experiment | None = None,
+        initial: dict[str, Any] | None = None,
     ) -> None:
         self.resolver = ModelResolver(lab)
         self.is_bound = data is not None
         base = experiment or clone_of
-        initial = (
-            _initial_from(base, self.resolver, clone=experiment is None)
-            if base
-            else _default_initial()
-        )
+        if initial is None:
+            initial = (
+                _initial_from(base, self.resolver, clone=experiment is None)
+                if base
+                else _default_initial()
+            )
         self.form = ExperimentForm(data, initial=initial["main"])
         self.resources = ResourcesForm(data, initial=initial["resources"], prefix="resources")
         self.pool = PolicyFormSet(
@@ -546,6 +554,70 @@ class ExperimentComposer:
         options = REGIMES if name == "regime" else OFF_POLICY
         value = data.get(name) if data is not None else initial.get(name)
         return value if value in options else options[0]
+
+    @classmethod
+    def from_config(
+        cls, config: dict[str, Any], *, lab: Lab | None, experiment: Experiment | None = None
+    ) -> ExperimentComposer:
+        """A bound composer whose fields hold an imported trainer config, as if typed in
+        (resources at their defaults; an edited experiment keeps its description, notes,
+        tags, seeds and resources); :meth:`is_valid` then checks it like any other."""
+        resolver = ModelResolver(lab)
+        initial = _initial_from_config(config, resolver)
+        if experiment is not None:
+            kept = _initial_from(experiment, resolver, clone=False)
+            initial["resources"] = kept["resources"]
+            for name in ("description", "notes", "tags", "seeds"):
+                initial["main"][name] = kept["main"][name]
+        page = cls(None, lab=lab, initial=initial)
+        return cls(page.as_data(), lab=lab, experiment=experiment)
+
+    def as_data(self) -> QueryDict:
+        """What the browser submits for this page as rendered (every field's value)."""
+        data = QueryDict(mutable=True)
+        forms_ = [
+            self.form,
+            self.resources,
+            *(section.form for section in self.sections),
+            self.pool.management_form,
+            *self.pool.forms,
+        ]
+        for form in forms_:
+            for field in form:
+                value = field.value()
+                if field.widget_type == "checkbox":
+                    if value:
+                        data[field.html_name] = "on"
+                else:
+                    data[field.html_name] = "" if value is None else str(value)
+        return data
+
+    def attach_config_errors(self, errors: dict[str, str]) -> None:
+        """Show ``ConfigError``-style messages (path -> message) next to their fields, after
+        :meth:`is_valid`; a message already shown is not repeated."""
+        if errors:
+            self.config = self.plan = None  # no preview of a config with problems
+        shown = {str(message) for form in self._all_forms() for message in _messages(form)}
+        shown.update(str(message) for message in self.pool.non_form_errors())
+        self.visible = self.visible or list(self.pool.forms)
+        relevant = {section.name for section in self.sections if section.relevant}
+        for path, message in errors.items():
+            if message in shown:
+                continue
+            head = re.split(r"[.\[]", path, maxsplit=1)[0]
+            if head in {section.name for section in self.sections} - relevant:
+                # A hidden section has no bound form to hold the message.
+                self.form.add_error(None, f"{path}: {message}")
+            else:
+                self._attach(path, message)
+
+    def _all_forms(self) -> list[forms.BaseForm]:
+        return [
+            self.form,
+            self.resources,
+            *(s.form for s in self.sections if s.relevant),
+            *self.pool.forms,
+        ]
 
     # --- validation ---------------------------------------------------------------------
     def is_valid(self) -> bool:
@@ -702,7 +774,8 @@ def _initial_from(
 ) -> dict[str, Any]:
     """Every field of the page from a stored experiment (its config, seeds, resources)."""
     config = experiment.config if isinstance(experiment.config, dict) else {}
-    main = ExperimentForm.initial_from_config(config)
+    initial = _initial_from_config(config, resolver)
+    main = initial["main"]
     main.update(
         name=copy_name(experiment.name) if clone else experiment.name,
         description=experiment.description,
@@ -712,25 +785,44 @@ def _initial_from(
     )
     if clone:
         main["cloned_from"] = experiment.pk
+    stored = experiment.resources if isinstance(experiment.resources, dict) else {}
+    for name in ResourcesForm.base_fields:
+        if stored.get(name) is not None:
+            initial["resources"][name] = stored[name]
+    return initial
+
+
+def _initial_from_config(config: dict[str, Any], resolver: ModelResolver) -> dict[str, Any]:
+    """Every field of the page from a trainer config (resources at their defaults; the
+    config's seed, if any, as the one seed)."""
+    main = ExperimentForm.initial_from_config(config)
+    seed = config.get("seed")
+    main["seeds"] = str(seed) if type(seed) is int else "0"
     pool = []
-    for policy in config.get("pool", []):
+    raw_pool = config.get("pool", [])
+    for policy in raw_pool if isinstance(raw_pool, list) else []:
         if not isinstance(policy, dict):
+            pool.append({})  # an empty policy keeps the indexes of the config's messages
             continue
         values = PolicyForm.initial_from_config(policy)
         values["model"], from_registry = resolver.display_name(policy)
         if from_registry:
             values["tokenizer"] = values["chat_template"] = ""
         pool.append(values)
-    resources = ResourcesForm.defaults()
-    stored = experiment.resources if isinstance(experiment.resources, dict) else {}
-    for name in ResourcesForm.base_fields:
-        if stored.get(name) is not None:
-            resources[name] = stored[name]
     sections = {
         name: section_form_class(name).initial_from_config(config.get(name))
         for name in section_names()
     }
-    return {"main": main, "resources": resources, "pool": pool, "sections": sections}
+    return {
+        "main": main,
+        "resources": ResourcesForm.defaults(),
+        "pool": pool,
+        "sections": sections,
+    }
+
+
+def _messages(form: forms.BaseForm) -> list[str]:
+    return [str(message) for errors in form.errors.values() for message in errors]
 
 
 def _checked_tokenizer(value: str) -> str:
@@ -749,6 +841,137 @@ def _raw_values(form_class: type[ConfigForm], data: Any, prefix: str) -> dict[st
         name: field.widget.value_from_datadict(data, MultiValueDict(), form.add_prefix(name))
         for name, field in form.fields.items()
     }
+
+
+# --- importing a trainer config -------------------------------------------------------------
+MAX_IMPORT_BYTES = 1_000_000
+MAX_IMPORT_DEPTH = 32
+
+
+class ConfigImportForm(forms.Form):
+    """The compose page's "Import config JSON" box: a trainer config file, or pasted JSON.
+
+    Only checks that it is a JSON object (UTF-8, at most 1 MB, no lone surrogates, not
+    nested absurdly); :func:`config_problems` and the composer check the config itself.
+    """
+
+    use_required_attribute = False
+
+    config_file = forms.FileField(
+        required=False,
+        label="Config file",
+        help_text="A trainer config JSON, as `python -m trainer validate` reads it",
+    )
+    config_json = forms.CharField(
+        required=False,
+        strip=False,
+        max_length=MAX_IMPORT_BYTES,
+        label="or paste it",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config: dict[str, Any] | None = None
+        tag_fields(self, raw_labels=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        upload, text = data.get("config_file"), data.get("config_json") or ""
+        if upload is not None and text.strip():
+            self.add_error("config_json", "import a file or pasted JSON, not both")
+            return data
+        field = "config_file" if upload is not None else "config_json"
+        if upload is not None:
+            if upload.size > MAX_IMPORT_BYTES:
+                self.add_error(field, f"the file is larger than {MAX_IMPORT_BYTES} bytes")
+                return data
+            try:
+                text = upload.read().decode("utf-8-sig")
+            except UnicodeDecodeError:
+                self.add_error(field, "the file is not UTF-8 text")
+                return data
+        if not text.strip():
+            self.add_error(field, "choose a config file or paste its JSON")
+            return data
+        try:
+            config = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            self.add_error(field, f"not valid JSON: {str(error)[:200]}")
+            return data
+        problem = _json_problem(config)
+        if problem:
+            self.add_error(field, problem)
+        else:
+            self.config = config
+        return data
+
+
+def _json_problem(config: Any) -> str | None:
+    """Why ``config`` cannot even be shown in the form, or None."""
+    if not isinstance(config, dict):
+        return f"a trainer config is a JSON object ({{...}}), not {type(config).__name__}"
+    stack: list[tuple[Any, int]] = [(config, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_IMPORT_DEPTH:
+            return f"nested more than {MAX_IMPORT_DEPTH} levels deep"
+        if isinstance(value, dict):
+            stack += [(key, depth) for key in value]
+            stack += [(item, depth + 1) for item in value.values()]
+        elif isinstance(value, list):
+            stack += [(item, depth + 1) for item in value]
+        elif isinstance(value, str) and not _is_unicode(value):
+            return "a string holds a lone surrogate (an unpaired \\udXXX escape)"
+    return None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def config_problems(config: dict[str, Any]) -> dict[str, str]:
+    """What is wrong with an imported trainer config, by config path (``pool[1].lr``): what
+    ``RunConfig.from_dict`` reports, after a cheap screen for what the form refuses before
+    the trainer ever looks (integers beyond 32 bits, a micro_batch_size above
+    ``MAX_MICRO_BATCH``, more than ``MAX_POOL`` policies)."""
+    problems = _oversized(config, "")
+    pool = config.get("pool")
+    if isinstance(pool, list):
+        if len(pool) > MAX_POOL:
+            problems["pool"] = f"a pool has 1 to {MAX_POOL} policies; this one has {len(pool)}"
+        for index, policy in enumerate(pool):
+            size = policy.get("micro_batch_size") if isinstance(policy, dict) else None
+            if type(size) is int and size > MAX_MICRO_BATCH:
+                problems[f"pool[{index}].micro_batch_size"] = (
+                    f"micro_batch_size must be at most {MAX_MICRO_BATCH}; got {size}"
+                )
+    if problems:
+        return problems
+    try:
+        RunConfig.from_dict(config)
+    except ConfigError as error:
+        return dict(error.errors)
+    return {}
+
+
+def _oversized(value: Any, path: str) -> dict[str, str]:
+    if type(value) is int and not -MAX_CONFIG_INT - 1 <= value <= MAX_CONFIG_INT:
+        return {path: f"out of range: at most {MAX_CONFIG_INT}"}
+    found: dict[str, str] = {}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found.update(_oversized(item, f"{path}.{key}" if path else str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.update(_oversized(item, f"{path}[{index}]"))
+    return found
 
 
 # --- the model registry -------------------------------------------------------------------

@@ -12,10 +12,15 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from webapp.experiments import compose_services, permissions, services
-from webapp.experiments.forms import ExperimentComposer, ModelEntryForm
-from webapp.experiments.models import Experiment, ModelEntry
+from webapp.experiments.forms import (
+    ConfigImportForm,
+    ExperimentComposer,
+    ModelEntryForm,
+    config_problems,
+)
+from webapp.experiments.models import Experiment, Lab, ModelEntry
 
-SAVE, PREVIEW = "save", "preview"
+SAVE, PREVIEW, IMPORT = "save", "preview", "import"
 
 
 # --- experiments --------------------------------------------------------------------------
@@ -25,6 +30,8 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
     """A new experiment; ``?from=<pk>`` starts from a copy of another one (a new draft)."""
     lab = services.lab_for_user(request.user)  # 403 for someone in no lab
     clone_of = _clone_source(request)
+    if request.method == "POST" and request.POST.get("action") == IMPORT:
+        return _import(request, lab=lab, experiment=None)
     data = request.POST if request.method == "POST" else None
     composer = ExperimentComposer(data, lab=clone_of.lab if clone_of else lab, clone_of=clone_of)
     if data is not None and composer.is_valid() and request.POST.get("action") == SAVE:
@@ -43,6 +50,8 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def experiment_edit(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = permissions.get_editable(request.user, Experiment.objects, pk)
+    if request.method == "POST" and request.POST.get("action") == IMPORT:
+        return _import(request, lab=experiment.lab, experiment=experiment)
     data = request.POST if request.method == "POST" else None
     composer = ExperimentComposer(data, lab=experiment.lab, experiment=experiment)
     if data is not None and composer.is_valid() and request.POST.get("action") == SAVE:
@@ -57,9 +66,22 @@ def _clone_source(request: HttpRequest) -> Experiment | None:
     raw = request.GET.get("from") or request.POST.get("cloned_from") or ""
     if not raw:
         return None
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # "²".isdigit(), but int("²") fails
         raise Http404("no such experiment")
     return permissions.get_viewable(request.user, Experiment.objects, int(raw))
+
+
+def _import(request: HttpRequest, *, lab: Lab, experiment: Experiment | None) -> HttpResponse:
+    """ "Import config JSON": the page filled from a trainer config and checked like a
+    preview (nothing is saved); each problem is shown next to the field it names."""
+    importer = ConfigImportForm(request.POST, request.FILES)
+    if importer.is_valid() and importer.config is not None:
+        composer = ExperimentComposer.from_config(importer.config, lab=lab, experiment=experiment)
+        composer.is_valid()
+        composer.attach_config_errors(config_problems(importer.config))
+    else:
+        composer = ExperimentComposer(None, lab=lab, experiment=experiment)
+    return _render_form(request, composer, experiment=experiment, clone_of=None, importer=importer)
 
 
 def _render_form(
@@ -68,6 +90,7 @@ def _render_form(
     *,
     experiment: Experiment | None,
     clone_of: Experiment | None,
+    importer: ConfigImportForm | None = None,
 ) -> HttpResponse:
     return render(
         request,
@@ -77,6 +100,7 @@ def _render_form(
             "experiment": experiment,
             "clone_of": clone_of,
             "previewing": composer.config is not None,
+            "importer": importer or ConfigImportForm(),
         },
     )
 
