@@ -91,7 +91,7 @@ def log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
             size = log_file.tell()
             log_file.seek(max(0, size - max_bytes))
             data = log_file.read()
-    except FileNotFoundError:
+    except OSError:  # not there yet, or not a readable file: nothing to show
         return ""
     text = data.decode("utf-8", errors="replace")
     if size > max_bytes:  # drop the partial first line
@@ -213,6 +213,7 @@ class LocalBackend:
 
     name = "local"
     grace_s = 20.0
+    start_grace_s = 10.0
 
     def submit(self, spec: JobSpec) -> str:
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,6 +256,8 @@ class LocalBackend:
                 answer[job_id] = JobStatus("cancelled", code, reason="cancelled by the user")
             elif code == 0:
                 answer[job_id] = JobStatus("completed", 0)
+            elif code is None and self._just_started(spec):
+                answer[job_id] = JobStatus("running", node=os.uname().nodename)
             elif code is None:
                 answer[job_id] = JobStatus(
                     "failed", None, reason="the job died without an exit status (killed?)"
@@ -276,6 +279,15 @@ class LocalBackend:
             time.sleep(0.2)
         if group_members(pgid):
             _signal_group(pgid, signal.SIGKILL)
+
+    def _just_started(self, spec: JobSpec) -> bool:
+        """Within the start grace: a process seen between fork and exec, or an exit
+        status being written, is not a dead job yet."""
+        try:
+            started = (spec.log_path.parent / "pid").stat().st_mtime
+        except OSError:
+            return False
+        return time.time() - started < self.start_grace_s
 
     @staticmethod
     def _alive(job_id: str, script: Path | None) -> bool:

@@ -180,7 +180,7 @@ def _apply(run: Run, status: JobStatus) -> bool:
         reason = status.reason or "the job failed"
         if run.failure_reason and run.failure_reason not in reason:
             reason = f"{run.failure_reason}\n{reason}"  # the trainer's own words first
-        tail = log_tail(job_spec(run).log_path, 4096).strip().splitlines()[-5:]
+        tail = last_words(log_tail(job_spec(run).log_path, 16384))
         facts["failure_reason"] = (reason + ("\n" + "\n".join(tail) if tail else ""))[:4000]
     if status.state == run.state:
         if facts and any(getattr(run, k) != v for k, v in facts.items()):
@@ -191,6 +191,15 @@ def _apply(run: Run, status: JobStatus) -> bool:
     except services.TransitionError:
         log.warning("run %s: ignoring %s -> %s", run.pk, run.state, status.state)
         return False
+
+
+LAUNCHER_NOISE = ("srun:", "slurmstepd", "[job]")
+
+
+def last_words(log: str, lines: int = 5) -> list[str]:
+    """The job's own last lines (the trainer's error), without srun/slurmstepd chatter."""
+    own = [line for line in log.strip().splitlines() if not line.startswith(LAUNCHER_NOISE)]
+    return own[-lines:]
 
 
 def cancel(run_id: int) -> str:

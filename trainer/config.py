@@ -515,7 +515,16 @@ def _non_negative(value: float) -> bool:
 
 
 def _largest_divisor_at_most(total: int, limit: int) -> int:
-    return max((d for d in range(1, max(limit, 1) + 1) if total % d == 0), default=1)
+    """The largest divisor of ``total`` that is <= ``limit`` (1 at least); O(sqrt(total))."""
+    best = 1
+    divisor = 1
+    while divisor * divisor <= total:
+        if total % divisor == 0:
+            for candidate in (divisor, total // divisor):
+                if best < candidate <= limit:
+                    best = candidate
+        divisor += 1
+    return best
 
 
 T = TypeVar("T")

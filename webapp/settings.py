@@ -89,6 +89,7 @@ INSTALLED_APPS = [
     "webapp.core",
     "webapp.dashboard",
     "webapp.experiments",
+    "webapp.compare",
 ]
 
 MIDDLEWARE = [
@@ -159,12 +160,24 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 
 # --- production hardening -----------------------------------------------------------
 if PRODUCTION:
+    if DEBUG:
+        raise environ.ImproperlyConfigured(
+            "DEBUG=true is refused with MRL_PRODUCTION=true: debug pages show settings and "
+            "source to anyone; debug a copy with MRL_PRODUCTION=false instead"
+        )
     # gunicorn serves static files through whitenoise (runserver does it in development).
     MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+    # Django's defaults, stated so that a change to them is a visible decision. No page
+    # script reads the CSRF cookie (forms carry the token), so it can be HttpOnly too.
+    SESSION_COOKIE_HTTPONLY = True
+    CSRF_COOKIE_HTTPONLY = True
+    X_FRAME_OPTIONS = "DENY"
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_REFERRER_POLICY = "same-origin"
     SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import log_in
+from tests.conftest import log_in
 from webapp.experiments.models import Experiment
 
 pytestmark = pytest.mark.browser

@@ -11,7 +11,7 @@ import requests
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import log_in
+from tests.conftest import log_in
 from webapp.experiments import services
 from webapp.experiments.models import Experiment
 
@@ -55,7 +55,9 @@ def test_new_points_appear_without_a_reload(
     _ship(base_url, run.pk, token, range(0, 5), status={"state": "running", "message": "step 4"})
     chart = page.locator('[data-testid="chart-train/reward_mean"]')
     expect(chart).to_have_attribute("data-points", "15", timeout=5_000)  # 3 policies x 5
-    expect(page.get_by_test_id("run-state")).to_have_text("running", timeout=5_000)
+    expect(page.locator("#run-state").get_by_test_id("run-state")).to_have_text(
+        "running", timeout=5_000
+    )
 
     started = time.monotonic()
     _ship(base_url, run.pk, token, range(5, 12))

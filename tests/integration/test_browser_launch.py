@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from scheduler.tasks import runs_sync
-from tests.browser.conftest import browser, log_in, page  # noqa: F401 - fixtures
+from tests.conftest import log_in
 from tests.integration.conftest import SchedulerWorld
 from webapp.experiments.models import Experiment
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 
 def test_launch_from_the_form_and_watch_the_chart_fill(
-    page: Page,  # noqa: F811 - the fixture
+    page: Page,
     scheduler_world: SchedulerWorld,
     alice: User,
 ) -> None:
@@ -46,7 +46,7 @@ def test_launch_from_the_form_and_watch_the_chart_fill(
     page.evaluate("window.__sameDocument = true")
     run = Experiment.objects.get(name="browser-launch").runs.get()
 
-    state = page.get_by_test_id("run-state").first
+    state = page.locator("#run-state").get_by_test_id("run-state")
     chart = page.locator('[data-testid="chart-train/reward_mean"]')
     # The beat is not running in tests: this loop is its stand-in.
     for _ in range(240):

@@ -44,11 +44,11 @@ def wait_state(backend: LocalBackend, job_id: str, spec: JobSpec, state: str) ->
 
 
 def test_a_job_runs_to_completion_with_its_log(tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, 'echo "token=$MRL_INGEST_TOKEN"; sleep 1; exit 0')
+    spec = make_spec(tmp_path, 'echo "token=$MRL_INGEST_TOKEN"; sleep 2; exit 0')
     assert oct(spec.token_path.stat().st_mode & 0o777) == "0o600"
     backend = LocalBackend()
     job_id = backend.submit(spec)
-    assert backend.status({job_id: spec})[job_id].state == "running"
+    wait_state(backend, job_id, spec, "running")
     assert backend.find(spec) == job_id  # a retried submit adopts the running job
     wait_state(backend, job_id, spec, "completed")
     log = log_tail(spec.log_path)
@@ -95,6 +95,18 @@ def test_a_second_attempt_resumes_the_run(tmp_path: Path) -> None:
     job_id = backend.submit(spec)
     wait_state(backend, job_id, spec, "completed")
     assert "--resume" in log_tail(spec.log_path)
+
+
+def test_a_job_killed_without_an_exit_status_fails_after_the_start_grace(
+    tmp_path: Path,
+) -> None:
+    spec = make_spec(tmp_path, "kill -KILL $PPID; sleep 5")  # the script dies, no exit code
+    backend = LocalBackend()
+    backend.start_grace_s = 1.0
+    job_id = backend.submit(spec)
+    wait_state(backend, job_id, spec, "failed")
+    status = backend.status({job_id: spec})[job_id]
+    assert status.exit_code is None and "without an exit status" in status.reason
 
 
 def test_log_tail_keeps_whole_lines(tmp_path: Path) -> None:

@@ -185,3 +185,20 @@ def test_the_trainers_last_word_waits_for_the_jobs_end(
     run = Run.objects.get(pk=queued_run.pk)
     assert (run.state, run.exit_code) == ("failed", 1)
     assert run.failure_reason.startswith("RuntimeError: NaN loss\nthe job failed (exit code 1)")
+
+
+def test_the_failure_reason_quotes_the_trainer_not_the_launcher() -> None:
+    log = "\n".join(
+        [
+            "[job] run 3 starting on vm",
+            "error: cannot load the pool's models:",
+            "  pool[1] (gpt2): no model at /nonexistent/model-dir",
+            "srun: error: vm: task 0: Exited with exit code 2",
+            "slurmstepd-vm: error: *** STEP 59.0 ON vm CANCELLED ***",
+            "[job] trainer exited with 2",
+        ]
+    )
+    assert service.last_words(log) == [
+        "error: cannot load the pool's models:",
+        "  pool[1] (gpt2): no model at /nonexistent/model-dir",
+    ]

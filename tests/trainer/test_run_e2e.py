@@ -64,10 +64,18 @@ def test_a_two_policy_pool_with_different_tokenizers_learns(zoo_dir: Path, tmp_p
     series = _series(run_dir)
     config = json.loads((run_dir / "config.json").read_text())
     steps = config["steps"]
+    # One evaluation of 64 prompts has a standard error of about 0.06 and the zoo's exact
+    # weights depend on the CPU it was built on, so learning is judged on averages: the
+    # training reward over the last vs the first 10 steps (256 samples a step), and the
+    # last three evaluations vs the start.
     for policy in ("llama-char", "gpt2-unigram"):
+        train = [series[(policy, m.TRAIN_REWARD_MEAN, step)] for step in range(1, steps + 1)]
+        first, last = sum(train[:10]) / 10, sum(train[-10:]) / 10
+        assert last - first >= 0.04, f"{policy}: train reward {first:.3f} -> {last:.3f}"
+        val_steps = sorted(s for (p, k, s) in series if p == policy and k == m.VAL_REWARD_AT_1)
         start = series[(policy, m.VAL_REWARD_AT_1, 0)]
-        end = series[(policy, m.VAL_REWARD_AT_1, steps)]
-        assert end - start >= 0.08, f"{policy}: val/reward@1 {start:.3f} -> {end:.3f}"
+        final = sum(series[(policy, m.VAL_REWARD_AT_1, s)] for s in val_steps[-3:]) / 3
+        assert final > start, f"{policy}: val/reward@1 {start:.3f} -> {final:.3f} (last 3)"
         for key in (m.TRAIN_REWARD_MEAN, m.PG_LOSS, m.KL_LOSS, m.ENTROPY, m.CLIP_FRAC, m.LR):
             assert (policy, key, steps) in series
     assert (m.POOL, m.TRAIN_REWARD_MEAN, steps) in series

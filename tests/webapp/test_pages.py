@@ -230,3 +230,23 @@ def test_plotly_is_served_locally(client: Client) -> None:
 
     assert finders.find("vendor/plotly/plotly.min.js")
     assert finders.find("js/run-page.js")
+
+
+def test_the_owner_annotates_a_run_and_others_cannot(
+    client: Client, alice: User, bob: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    run = services.runs_create(make_experiment(seeds=(0,)))[0]
+    url = reverse("experiments:run_annotate", args=[run.pk])
+    client.force_login(alice)
+    client.post(url, {"notes": "diverged at step 40 <b>", "tags": "baseline, lr-3e-4"})
+    run.refresh_from_db()
+    assert run.notes == "diverged at step 40 <b>"
+    assert sorted(t.name for t in run.tags.all()) == ["baseline", "lr-3e-4"]
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "diverged at step 40 &lt;b&gt;" in page
+    refused = client.post(url, {"notes": "x", "tags": "no spaces allowed"}, follow=True)
+    assert "Not a tag" in refused.content.decode()
+    run.refresh_from_db()
+    assert run.notes == "diverged at step 40 <b>"
+    client.force_login(bob)
+    assert client.post(url, {"notes": "bob was here"}).status_code == 403

@@ -14,7 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _django_check(env_overrides: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "MRL_PRODUCTION"}}
+    # A clean environment: no test-only switches (the browser tests' async-unsafe flag).
+    dropped = {"SECRET_KEY", "MRL_PRODUCTION", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(env_overrides)
     return subprocess.run(
         [sys.executable, "manage.py", "check", *args],

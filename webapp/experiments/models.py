@@ -99,6 +99,37 @@ class ModelEntry(models.Model):
         return self.name
 
 
+class Sweep(models.Model):
+    """A grid launched from one form: regimes x seeds (x one hyperparameter's values)
+    over the same pool; one experiment per grid cell, one run per seed."""
+
+    lab = models.ForeignKey(Lab, on_delete=models.CASCADE, related_name="sweeps")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="sweeps"
+    )
+    name = models.CharField(max_length=48, validators=[NAME_VALIDATOR])
+    description = models.TextField(blank=True)
+    regimes = models.JSONField(help_text="Sharing regimes of the grid")
+    seeds = models.JSONField(help_text="Seeds of every cell")
+    param_path = models.CharField(
+        max_length=64, blank=True, help_text="Optional dotted config path swept, e.g. grpo.kl_coef"
+    )
+    param_values = models.JSONField(default=list, blank=True)
+    source = models.ForeignKey(
+        "Experiment", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("experiments:sweep_detail", args=[self.pk])
+
+
 class Experiment(models.Model):
     """A pool, a regime, hyperparameters, seeds and resources: the form's result."""
 
@@ -119,6 +150,9 @@ class Experiment(models.Model):
     notes = models.TextField(blank=True)
     cloned_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
+    )
+    sweep = models.ForeignKey(
+        Sweep, null=True, blank=True, on_delete=models.CASCADE, related_name="experiments"
     )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -197,6 +231,30 @@ class Run(models.Model):
     @property
     def policy_names(self) -> list[str]:
         return [policy.get("name", "?") for policy in self.config.get("pool", [])]
+
+
+class SavedComparison(models.Model):
+    """A comparison worth coming back to: its query (run selection + view settings) under
+    a stable URL the whole lab can open. Selections by filter (e.g. all SGT runs of a
+    pool) pick up new runs as they arrive."""
+
+    lab = models.ForeignKey(Lab, on_delete=models.CASCADE, related_name="comparisons")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="comparisons"
+    )
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=32, unique=True)
+    query = models.TextField(help_text="The compare page's query string")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("experiments:comparison_saved", args=[self.slug])
 
 
 class RunStateChange(models.Model):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 import secrets
 from collections.abc import Iterable
 from typing import Any
@@ -19,7 +20,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from trainer.config import RunConfig
-from webapp.experiments.models import Experiment, Lab, LabMembership, Run, RunStateChange, Tag
+from webapp.experiments.models import (
+    Experiment,
+    Lab,
+    LabMembership,
+    Run,
+    RunStateChange,
+    Sweep,
+    Tag,
+)
 
 DEFAULT_LAB_NAME = "Lab"
 TOKEN_PREFIX = "mrl_"
@@ -172,6 +181,98 @@ def copy_name(name: str) -> str:
     """The name of a clone of ``name`` (still a valid, <= 64-character name)."""
     stem = name[: 64 - len("-copy")]
     return f"{stem}-copy"
+
+
+# --- sweeps --------------------------------------------------------------------------
+MAX_SWEEP_RUNS = 64
+
+
+class SweepError(ValueError):
+    """A sweep that cannot be built; ``field`` names the form field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def config_set(config: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``config`` with the dotted ``path`` (e.g. ``grpo.kl_coef``) set."""
+    result = copy.deepcopy(config)
+    *parents, leaf = path.split(".")
+    node = result
+    for part in parents:
+        node = node[part]
+    node[leaf] = value
+    return result
+
+
+def sweep_cell_name(sweep_name: str, regime: str, path: str, value: Any) -> str:
+    """``<sweep>-<regime>[-<leaf><value>]``, cut to a valid 64-character name."""
+    name = f"{sweep_name}-{regime}"
+    if path:
+        text = re.sub(r"[^A-Za-z0-9_.-]", "", f"{path.rsplit('.', 1)[-1]}{value}")
+        name += f"-{text}"
+    return name[:64]
+
+
+def sweep_launch(
+    *,
+    owner: AbstractBaseUser,
+    source: Experiment,
+    name: str,
+    regimes: list[str],
+    seeds: list[int],
+    param_path: str = "",
+    param_values: list[Any] | None = None,
+    description: str = "",
+) -> Sweep:
+    """One experiment per (regime x parameter value) over ``source``'s pool and settings,
+    each launched with every seed. Every cell's config is validated before anything is
+    stored: a bad cell raises :class:`SweepError` (or ``ConfigError``) and stores nothing."""
+    values: list[Any] = list(param_values or []) if param_path else [None]
+    if param_path and not values:
+        raise SweepError("param_values", "give at least one value for the swept parameter")
+    total = len(regimes) * len(values) * len(seeds)
+    if total > MAX_SWEEP_RUNS:
+        raise SweepError("seeds", f"the grid has {total} runs; at most {MAX_SWEEP_RUNS} per sweep")
+    cells = []
+    for regime in regimes:
+        for value in values:
+            config = copy.deepcopy(source.config)
+            config["regime"] = regime
+            if param_path:
+                try:
+                    config = config_set(config, param_path, value)
+                except (KeyError, TypeError) as exc:
+                    raise SweepError("param_path", f"no config field {param_path!r}") from exc
+            config["name"] = sweep_cell_name(name, regime, param_path, value)
+            cells.append(RunConfig.from_dict(config).to_dict())  # raises ConfigError
+    with transaction.atomic():
+        sweep = Sweep.objects.create(
+            lab=source.lab,
+            owner=owner,
+            name=name,
+            description=description,
+            regimes=list(regimes),
+            seeds=list(seeds),
+            param_path=param_path,
+            param_values=values if param_path else [],
+            source=source,
+        )
+        for config in cells:
+            experiment = experiment_create(
+                owner=owner,
+                config=config,
+                seeds=seeds,
+                resources=copy.deepcopy(source.resources),
+                description=f"Sweep {name}: {description}".strip(": "),
+                lab=source.lab,
+                tags=["sweep", name],
+            )
+            experiment.sweep = sweep
+            experiment.save(update_fields=["sweep"])
+            experiment_launch(experiment)
+    return sweep
 
 
 # --- runs ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from webapp.experiments import views_compose, views_pages
+from webapp.experiments import views_compare, views_compose, views_pages
 
 app_name = "experiments"
 urlpatterns = [
@@ -21,6 +21,15 @@ urlpatterns = [
     path("runs/<int:pk>/cancel/", views_pages.run_cancel, name="run_cancel"),
     path("runs/<int:pk>/resubmit/", views_pages.run_resubmit, name="run_resubmit"),
     path("runs/<int:pk>/log/", views_pages.run_log, name="run_log"),
+    path("runs/<int:pk>/annotate/", views_pages.run_annotate, name="run_annotate"),
+    # sweeps and comparisons
+    path("experiments/<int:pk>/sweep/", views_compare.sweep_create, name="sweep_create"),
+    path("sweeps/", views_compare.sweep_list, name="sweep_list"),
+    path("sweeps/<int:pk>/", views_compare.sweep_detail, name="sweep_detail"),
+    path("compare/", views_compare.compare, name="compare"),
+    path("compare/save/", views_compare.comparison_save, name="comparison_save"),
+    path("compare/saved/", views_compare.comparison_list, name="comparison_list"),
+    path("compare/saved/<slug:slug>/", views_compare.comparison_saved, name="comparison_saved"),
     # model registry
     path("models/", views_compose.model_list, name="model_list"),
     path("models/new/", views_compose.model_create, name="model_create"),

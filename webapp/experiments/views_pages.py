@@ -7,6 +7,7 @@ Thin views: queries live in ``selectors``, changes in ``services``, who-may-what
 from __future__ import annotations
 
 import json
+import re
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -32,6 +33,7 @@ from webapp.experiments.selectors import (
 )
 
 PAGE_SIZE = 25
+TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,47}")
 
 
 def _page(request: HttpRequest, queryset: object) -> object:
@@ -186,6 +188,25 @@ def run_log(request: HttpRequest, pk: int) -> JsonResponse:
         except JobSpecError:
             text = ""
     return JsonResponse({"run": run.pk, "log": text})
+
+
+@login_required
+@require_POST
+def run_annotate(request: HttpRequest, pk: int) -> HttpResponse:
+    """The owner's notes and tags on a run (tags: comma-separated names)."""
+    run = get_editable(request.user, Run.objects.select_related("experiment__lab"), pk)
+    names = [name.strip() for name in request.POST.get("tags", "").split(",") if name.strip()]
+    bad = [name for name in names if not TAG_PATTERN.fullmatch(name)]
+    if bad:
+        messages.error(
+            request, f"Not a tag: {bad[0][:48]!r}; use 1-48 letters, digits, '_', '.' or '-'."
+        )
+        return redirect(run)
+    run.notes = request.POST.get("notes", "")[:20_000]
+    run.save(update_fields=["notes", "updated_at"])
+    run.tags.set(services.tags_resolve(run.experiment.lab, names))
+    messages.success(request, "Notes and tags saved.")
+    return redirect(run)
 
 
 @login_required

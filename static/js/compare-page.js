@@ -1,0 +1,163 @@
+// The compare page: mean curves with bands per group, one panel per (policy, metric),
+// and the summary table. Data, smoothing and grouping come from the server
+// (/api/v1/compare), the same code that renders the exports, so screen and paper agree.
+//
+// Every string from the server goes into the page through textContent (never innerHTML).
+"use strict";
+
+(function () {
+  const config = JSON.parse(document.getElementById("compare-page-config").textContent);
+  const controls = document.getElementById("compare-controls");
+  const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
+
+  function el(tag, attrs = {}, text = "") {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+    if (text) node.textContent = text;
+    return node;
+  }
+
+  const num = (value) => (typeof value === "string" ? NON_FINITE[value] : value);
+
+  function viewParams() {
+    // The view settings of the form, and the selection as the resolved run ids.
+    const params = new URLSearchParams();
+    params.set("runs", config.runs.join(","));
+    for (const [name, value] of new FormData(controls)) {
+      if (["sweep", "runs", "run"].includes(name) || name.startsWith("q_")) continue;
+      if (value !== "") params.append(name, value);
+    }
+    return params;
+  }
+
+  function pageParams() {
+    // What the address bar (and a saved comparison) keeps: the selection as chosen.
+    const params = new URLSearchParams();
+    for (const [name, value] of new FormData(controls)) if (value !== "") params.append(name, value);
+    return params;
+  }
+
+  function rgba(hex, alpha) {
+    const n = parseInt(hex.slice(1), 16);
+    return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
+  }
+
+  async function getJSON(url, params) {
+    const response = await fetch(`${url}?${params}`, { credentials: "same-origin" });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+    return body;
+  }
+
+  function renderPanels(data, logY) {
+    const box = document.getElementById("compare-panels");
+    box.replaceChildren();
+    if (!data.panels.length) {
+      box.append(el("p", { class: "empty" }, "Nothing to plot for these runs and metrics yet."));
+      return;
+    }
+    for (const panel of data.panels) {
+      const div = el("div", {
+        class: "chart", "data-testid": "compare-panel", "data-policy": panel.policy, "data-metric": panel.metric,
+      });
+      box.append(div);
+      const traces = [];
+      for (const trace of panel.traces) {
+        const x = trace.x.map(num);
+        const upper = trace.upper.map(num);
+        const lower = trace.lower.map(num);
+        traces.push({
+          x: x.concat([...x].reverse()), y: upper.concat([...lower].reverse()), fill: "toself",
+          fillcolor: rgba(trace.colour, 0.18), line: { width: 0 }, hoverinfo: "skip",
+          showlegend: false, legendgroup: trace.group, type: "scatter", mode: "lines",
+        });
+        traces.push({
+          x, y: trace.mean.map(num), name: trace.group, legendgroup: trace.group, type: "scatter",
+          mode: "lines", line: { color: trace.colour, width: 2, dash: trace.dash || "solid" },
+          customdata: trace.n, hovertemplate: "%{y:.4g} (n=%{customdata})<extra>" + trace.group + "</extra>",
+        });
+      }
+      window.Plotly.react(div, traces, {
+        title: { text: `${panel.policy} · ${panel.metric}`, font: { size: 13 } }, height: 300,
+        margin: { l: 50, r: 10, t: 34, b: 58 }, legend: { orientation: "h", y: -0.3 },
+        xaxis: { title: { text: panel.x_label || data.x_label || "step", standoff: 4 } },
+        yaxis: { type: logY ? "log" : "linear" },
+      }, { displaylogo: false, responsive: true });
+    }
+  }
+
+  function cell(stat) {
+    if (!stat || stat.n === 0) return "–";
+    const mean = num(stat.mean);
+    const std = num(stat.std);
+    return `${mean.toFixed(3)} ± ${Number.isFinite(std) ? std.toFixed(3) : "–"} (n=${stat.n})`;
+  }
+
+  function renderSummary(summary) {
+    document.getElementById("summary-metric").textContent = summary.metric;
+    const table = el("table", { class: "list summary" });
+    const head = el("tr");
+    head.append(el("th", {}, "policy"));
+    for (const group of summary.groups) {
+      for (const stat of ["final", "best", "mean"]) head.append(el("th", {}, `${group}: ${stat}`));
+    }
+    table.append(head);
+    for (const row of summary.rows) {
+      const tr = el("tr");
+      tr.append(el("th", {}, row.policy));
+      for (const c of row.cells) {
+        for (const stat of ["final", "best", "mean"]) {
+          const best = summary.best && summary.best[stat] && summary.best[stat][row.policy] === c.group;
+          const td = el("td", best ? { class: "best" } : {}, cell(c[stat]));
+          tr.append(td);
+        }
+      }
+      table.append(tr);
+    }
+    document.getElementById("summary").replaceChildren(table);
+  }
+
+  function setExportLinks(spec, summaryMetric) {
+    for (const link of document.querySelectorAll("#figure-exports a[data-export]")) {
+      const params = new URLSearchParams(spec);
+      if (link.dataset.columns) params.set("columns", link.dataset.columns);
+      link.href = config.urls.export.replace("FMT", link.dataset.export) + "?" + params;
+    }
+    for (const link of document.querySelectorAll("a[data-table]")) {
+      const params = new URLSearchParams(spec);
+      params.set("table_metric", summaryMetric);
+      link.href = config.urls.table.replace("FMT", link.dataset.table) + "?" + params;
+    }
+  }
+
+  async function refresh() {
+    const params = viewParams();
+    const summaryMetric = document.getElementById("summary-metric-select").value || "val/reward@1";
+    const notes = document.getElementById("compare-notes");
+    history.replaceState(null, "", "?" + pageParams());
+    document.getElementById("save-query").value = pageParams().toString();
+    try {
+      const data = await getJSON(config.urls.data, params);
+      renderPanels(data, params.get("log_y") === "1");
+      notes.textContent = (data.notes || []).join(" ");
+      notes.classList.remove("error");
+      const summaryParams = new URLSearchParams(data.spec);
+      summaryParams.set("table_metric", summaryMetric);
+      renderSummary(await getJSON(config.urls.summary, summaryParams));
+      setExportLinks(data.spec, summaryMetric);
+    } catch (error) {
+      notes.textContent = String(error.message || error);
+      notes.classList.add("error");
+    }
+  }
+
+  controls.addEventListener("submit", (event) => {
+    event.preventDefault();
+    refresh();
+  });
+  for (const input of controls.querySelectorAll("select, input[type=checkbox], input[type=number]")) {
+    input.addEventListener("change", refresh);
+  }
+  document.getElementById("summary-metric-select").addEventListener("change", refresh);
+  refresh();
+})();

@@ -1,0 +1,172 @@
+"""Sweeps (one form, a grid of runs) and the compare page's selection and saving."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import User
+from django.http import QueryDict
+from django.test import Client
+from django.urls import reverse
+
+from trainer.config import ConfigError
+from webapp.experiments import services
+from webapp.experiments.compare_selection import SelectionError, select_runs
+from webapp.experiments.models import Experiment, Run, SavedComparison, Sweep
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_sweep_of_four_regimes_and_two_seeds_creates_eight_runs(
+    alice: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    source = make_experiment(seeds=(0,))
+    sweep = services.sweep_launch(
+        owner=alice,
+        source=source,
+        name="grid",
+        regimes=["standalone", "prp", "xgrpo", "sgt"],
+        seeds=[0, 1],
+    )
+    runs = Run.objects.filter(experiment__sweep=sweep)
+    assert runs.count() == 8
+    assert sorted({(r.regime, r.seed) for r in runs}) == [
+        (regime, seed) for regime in ("prp", "sgt", "standalone", "xgrpo") for seed in (0, 1)
+    ]
+    assert all(r.state == "queued" for r in runs)
+    for run in runs:  # the same pool and settings, only the regime differs
+        assert run.config["pool"] == source.config["pool"]
+        assert run.config["regime"] == run.regime
+    assert sorted(e.name for e in sweep.experiments.all()) == [
+        "grid-prp",
+        "grid-sgt",
+        "grid-standalone",
+        "grid-xgrpo",
+    ]
+
+
+def test_a_sweep_over_a_hyperparameter_varies_it_per_cell(
+    alice: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    source = make_experiment(seeds=(0,))
+    sweep = services.sweep_launch(
+        owner=alice,
+        source=source,
+        name="klgrid",
+        regimes=["sgt"],
+        seeds=[0, 1, 2],
+        param_path="grpo.kl_coef",
+        param_values=[0.0, 0.01],
+    )
+    cells = {e.name: e.config["grpo"]["kl_coef"] for e in sweep.experiments.all()}
+    assert cells == {"klgrid-sgt-kl_coef0.0": 0.0, "klgrid-sgt-kl_coef0.01": 0.01}
+    assert Run.objects.filter(experiment__sweep=sweep).count() == 6
+
+
+def test_a_bad_cell_stores_nothing(alice: User, make_experiment: Callable[..., Experiment]) -> None:
+    source = make_experiment(seeds=(0,))
+    with pytest.raises(ConfigError):
+        services.sweep_launch(
+            owner=alice,
+            source=source,
+            name="bad",
+            regimes=["sgt"],
+            seeds=[0],
+            param_path="grpo.clip_eps",
+            param_values=[0.2, 5.0],  # 5.0 is out of (0, 1)
+        )
+    assert not Sweep.objects.exists() and Experiment.objects.count() == 1
+    with pytest.raises(services.SweepError, match="at most 64"):
+        services.sweep_launch(
+            owner=alice, source=source, name="big", regimes=["sgt"], seeds=list(range(65))
+        )
+
+
+def test_the_sweep_form_launches_and_reports_errors_per_field(
+    client: Client, bob: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    source = make_experiment(seeds=(0,))
+    client.force_login(bob)  # a labmate sweeps alice's experiment into his own runs
+    url = reverse("experiments:sweep_create", args=[source.pk])
+    bad = client.post(
+        url, {"name": "x y", "regimes": ["sgt"], "seeds": "0, 0", "param_values": "1"}
+    )
+    assert bad.status_code == 200
+    errors = bad.context["form"].errors
+    assert "name" in errors and "seeds" in errors and "param_path" in errors
+    response = client.post(
+        url, {"name": "bobgrid", "regimes": ["standalone", "sgt"], "seeds": "0, 1"}, follow=True
+    )
+    sweep = Sweep.objects.get()
+    assert sweep.owner == bob and response.redirect_chain[-1][0] == sweep.get_absolute_url()
+    assert "4 runs queued" in response.content.decode()
+    assert "sweep=" in response.context["compare_url"]
+
+
+def test_outsiders_cannot_sweep_or_see_sweeps(
+    client: Client, charlie: User, make_experiment: Callable[..., Experiment], alice: User
+) -> None:
+    source = make_experiment(seeds=(0,))
+    sweep = services.sweep_launch(owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0])
+    client.force_login(charlie)
+    assert client.get(reverse("experiments:sweep_create", args=[source.pk])).status_code == 404
+    assert client.get(sweep.get_absolute_url()).status_code == 404
+
+
+# --- selection -----------------------------------------------------------------------------
+def test_selection_by_sweep_ids_and_filters(
+    alice: User, charlie: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    source = make_experiment(seeds=(0,))
+    sweep = services.sweep_launch(
+        owner=alice, source=source, name="g", regimes=["standalone", "sgt"], seeds=[0, 1]
+    )
+    other = make_experiment(
+        name="duo",
+        regime="sgt",
+        seeds=(0,),
+        pool=[
+            {"name": "llama", "model": "zoo:tiny-llama-char"},
+            {"name": "gpt2", "model": "zoo:tiny-gpt2-unigram"},
+        ],
+    )
+    duo_run = services.runs_create(other, state="queued")[0]
+    by_sweep = select_runs(alice, QueryDict(f"sweep={sweep.pk}"))
+    assert len(by_sweep.runs) == 4
+    ids = [r.pk for r in by_sweep.runs[:2]]
+    assert [r.pk for r in select_runs(alice, QueryDict(f"runs={ids[0]},{ids[1]}")).runs] == ids
+    assert [r.pk for r in select_runs(alice, QueryDict(f"run={ids[0]}&run={ids[1]}")).runs] == ids
+    sgt = select_runs(alice, QueryDict("q_regime=sgt"))
+    assert len(sgt.runs) == 3
+    # "All SGT runs on pool X": the pool's policy names, in any order.
+    on_duo = select_runs(alice, QueryDict("q_regime=sgt&q_pool=gpt2,llama"))
+    assert [r.pk for r in on_duo.runs] == [duo_run.pk] and "on pool" in on_duo.description
+    assert select_runs(charlie, QueryDict(f"sweep={sweep.pk}")).runs == []
+    with pytest.raises(SelectionError, match="choose runs"):
+        select_runs(alice, QueryDict(""))
+    with pytest.raises(SelectionError, match="runs"):
+        select_runs(alice, QueryDict("runs=1,x"))
+
+
+def test_the_compare_page_and_a_saved_comparison(
+    client: Client, alice: User, bob: User, charlie: User, make_experiment: Callable
+) -> None:
+    source = make_experiment(seeds=(0,))
+    sweep = services.sweep_launch(owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0])
+    client.force_login(alice)
+    page = client.get(reverse("experiments:compare"), {"sweep": sweep.pk, "preset": "fig5"})
+    assert page.status_code == 200
+    assert page.context["chosen_metrics"] == ["actor/entropy", "actor/kl_coef", "actor/kl_loss"]
+    assert client.get(reverse("experiments:compare")).status_code == 400
+    query = f"sweep={sweep.pk}&group_by=regime&metric=val%2Freward%401"
+    response = client.post(
+        reverse("experiments:comparison_save"), {"name": "SGT grid", "query": query}
+    )
+    saved = SavedComparison.objects.get()
+    assert response["Location"] == saved.get_absolute_url() and saved.query == query
+    client.force_login(bob)
+    shared = client.get(saved.get_absolute_url())
+    assert shared.status_code == 200 and len(shared.context["selection"].runs) == 1
+    client.force_login(charlie)
+    assert client.get(saved.get_absolute_url()).status_code == 404

@@ -1,0 +1,1 @@
+"""Comparisons of runs grouped by regime (or any config key), and their paper exports."""

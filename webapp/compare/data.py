@@ -1,0 +1,655 @@
+"""Build a comparison (curves, groups, bands) and its summary table from the database.
+
+Reading, in three statements whatever the number of runs (PostgreSQL):
+
+1. the series of the selected runs x policies x metrics (plus the x-axis counter);
+2. the common step grid: ``lo``/``hi`` = the lowest and highest step of the selected
+   metric series (index lookups), ``G = min(buckets, hi - lo + 1)`` buckets of equal
+   width, bucket ``b = (step - lo) * G // (hi - lo + 1)`` (integer arithmetic: the same
+   as ``width_bucket(step, lo, hi + 1, G) - 1``, without float rounding at the edges);
+3. per (series, bucket): the mean step, the mean value (``sum(value) / count``: a NaN
+   or an infinity in the bucket propagates) and, for the wall-time axis,
+   ``avg(wall_time)`` and ``min(wall_time)``; as arrays, one row per series.
+
+Another database (the demo's SQLite) gets the same numbers computed in Python
+(:func:`buckets_portable`, also the reference of the tests).
+
+Then, per panel (policy, metric) and group:
+
+- a run's curve is its bucket means (NaN where the bucket is empty);
+- x: ``step`` is the bucket's mean step; ``rollouts`` / ``tokens`` is the run's
+  ``perf/rollouts_total`` / ``perf/response_tokens_total`` of the same policy, linearly
+  interpolated at that mean step from the counter's own bucket means (a metric logged
+  every step gets the counter's bucket mean; one logged every 10 steps gets the counter
+  at its own steps; see :func:`_counter_x` for the ends); ``wall_time`` is the bucket's
+  mean wall time minus the run's first wall time (the earliest of its loaded points), in
+  seconds. A policy where a run lacks the counter (``_pool`` has none) or every wall
+  time is missing is plotted against step instead, with a note;
+- smoothing (:func:`webapp.compare.stats.ema`, TensorBoard's debiased EMA) is applied to
+  each run's curve on the grid first, then runs are aggregated
+  (:func:`webapp.compare.stats.aggregate`): mean, band and ``n`` at each bucket over the
+  runs with a finite value there; ``raw_mean`` is the same mean without smoothing;
+- a group's x at a bucket is the mean x of its runs that have a point there; buckets
+  where none has one are left out (a bucket whose values are all NaN stays, with mean
+  NaN, so that a diverging run shows).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection, transaction
+from django.http import Http404
+
+from trainer import metrics as m
+from webapp.compare import grouping
+from webapp.compare.palette import styles_for
+from webapp.compare.spec import MAX_POLICIES, ComparisonSpec
+from webapp.compare.stats import (
+    MeanStd,
+    RunSummary,
+    aggregate,
+    ema,
+    mean_std_n,
+    run_summary,
+)
+from webapp.experiments.models import MetricPoint, MetricSeries, Run
+from webapp.experiments.permissions import visible_runs
+
+X_COUNTERS = {"rollouts": m.ROLLOUTS_TOTAL, "tokens": m.RESPONSE_TOKENS_TOTAL}
+X_LABELS = {
+    "step": "step",
+    "rollouts": "rollouts",
+    "tokens": "response tokens",
+    "wall_time": "wall time (s)",
+}
+STATISTICS = ("final", "best", "mean")
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Group:
+    label: str
+    colour: str
+    dash: str
+    runs: list[int]
+
+
+@dataclass
+class Trace:
+    """One group's line in a panel: ``[K]`` arrays over the K buckets it has points in."""
+
+    group: str
+    colour: str
+    dash: str
+    x: np.ndarray
+    mean: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    n: np.ndarray
+    raw_mean: np.ndarray
+
+
+@dataclass
+class Panel:
+    policy: str
+    metric: str
+    x_label: str
+    traces: list[Trace] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    spec: ComparisonSpec
+    groups: list[Group]
+    panels: list[Panel]
+    notes: list[str]
+    x_label: str
+    runs: list[Run]
+    grid: int = 0  # number of buckets of the common grid (0: no points at all)
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def runs_for_spec(user: AbstractBaseUser | AnonymousUser, spec: ComparisonSpec) -> list[Run]:
+    """The spec's runs, by id; :class:`Http404` if any is unknown or not visible."""
+    runs = list(
+        visible_runs(user).filter(pk__in=spec.runs).select_related("experiment").order_by("id")
+    )
+    missing = sorted(set(spec.runs) - {run.pk for run in runs})
+    if missing:
+        shown = ", ".join(str(pk) for pk in missing[:10])
+        raise Http404(f"no such run: {shown}")
+    return runs
+
+
+def groups_of(runs: Sequence[Run], group_by: str) -> list[Group]:
+    """Runs grouped by their label at ``group_by``, in display order, with their style."""
+    members: dict[str, list[int]] = defaultdict(list)
+    for run in runs:
+        label = grouping.group_label(run.config, run.experiment.name, group_by)
+        members[label].append(run.pk)
+    labels = grouping.ordered(members)
+    styles = styles_for(labels)
+    return [
+        Group(label, styles[label].colour, styles[label].dash, sorted(members[label]))
+        for label in labels
+    ]
+
+
+def policies_of(runs: Sequence[Run], spec: ComparisonSpec, notes: list[str]) -> list[str]:
+    """The spec's policies, or every pool policy of the runs: the first run's pool order,
+    then the others as they appear (at most :data:`MAX_POLICIES`)."""
+    if spec.policies:
+        return list(spec.policies)
+    names: list[str] = []
+    for run in runs:
+        names += [name for name in run.policy_names if name not in names and name != m.POOL]
+    if len(names) > MAX_POLICIES:
+        notes.append(
+            f"{len(names)} policies in these runs; showing the first {MAX_POLICIES} "
+            "(choose policies to see others)"
+        )
+    return names[:MAX_POLICIES]
+
+
+# --------------------------------------------------------------------------- buckets
+
+
+@dataclass
+class Buckets:
+    """One series on the grid: ``[G]`` arrays, NaN where ``present`` is False."""
+
+    present: np.ndarray
+    step: np.ndarray
+    value: np.ndarray
+    wall: np.ndarray
+    wall_first: float
+
+
+def empty_buckets(size: int) -> Buckets:
+    nan = np.full(size, np.nan)
+    return Buckets(np.zeros(size, dtype=bool), nan.copy(), nan.copy(), nan.copy(), math.nan)
+
+
+def bucket_of(step: int, lo: int, hi: int, size: int) -> int:
+    """The bucket of ``step`` on the grid of ``size`` buckets over [lo, hi]."""
+    return (step - lo) * size // (hi - lo + 1)
+
+
+def _table(model: type[Any]) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+_RANGE_SQL = """
+    SELECT min(lo.step), max(hi.step)
+    FROM unnest(%(ids)s::bigint[]) AS i(id)
+    CROSS JOIN LATERAL (
+        SELECT step FROM {points} WHERE series_id = i.id ORDER BY step LIMIT 1
+    ) AS lo
+    CROSS JOIN LATERAL (
+        SELECT step FROM {points} WHERE series_id = i.id ORDER BY step DESC LIMIT 1
+    ) AS hi
+"""
+# Per (series, bucket) the count and sums (cheaper than avg's float8[] state: 800,000
+# groups fit in work_mem), then one row per series with its buckets as arrays; all the
+# array_agg calls of a group see its rows in the same order, so the arrays line up.
+_BUCKETS_SQL = """
+    SELECT series_id, array_agg(b), array_agg(c), array_agg(s), array_agg(v){wall_arrays}
+    FROM (
+        SELECT series_id, (step - %(lo)s)::bigint * %(size)s / %(width)s AS b,
+               count(*) AS c, sum(step) AS s, sum(value) AS v{wall_columns}
+        FROM {points}
+        WHERE series_id = ANY(%(ids)s::bigint[]) AND step BETWEEN %(lo)s AND %(hi)s
+        GROUP BY series_id, b
+    ) AS per_bucket
+    GROUP BY series_id
+"""
+_WALL_COLUMNS = ", avg(wall_time) AS w, min(wall_time) AS w0"
+_WALL_ARRAYS = ", array_agg(w), min(w0)"
+_PLANNER_SQL = "SELECT set_config('work_mem', '64MB', true), set_config('jit', 'off', true)"
+
+
+def step_range(series_ids: Sequence[int]) -> tuple[int, int] | None:
+    """(lowest, highest) step over ``series_ids``; None when they have no points."""
+    if not series_ids:
+        return None
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_RANGE_SQL.format(points=_table(MetricPoint)), {"ids": list(series_ids)})
+            lo, hi = cursor.fetchone()
+    else:
+        from django.db.models import Max, Min
+
+        found = MetricPoint.objects.filter(series_id__in=series_ids).aggregate(
+            lo=Min("step"), hi=Max("step")
+        )
+        lo, hi = found["lo"], found["hi"]
+    return None if lo is None else (int(lo), int(hi))
+
+
+def buckets_postgres(
+    series_ids: Sequence[int], lo: int, hi: int, size: int, *, wall: bool = True
+) -> dict[int, Buckets]:
+    """Per series, its bucket means on the grid, aggregated inside PostgreSQL (wall times
+    only with ``wall``; NaN otherwise)."""
+    found = {pk: empty_buckets(size) for pk in series_ids}
+    params = {"ids": list(series_ids), "lo": lo, "hi": hi, "size": size, "width": hi - lo + 1}
+    sql = _BUCKETS_SQL.format(
+        points=_table(MetricPoint),
+        wall_arrays=_WALL_ARRAYS if wall else "",
+        wall_columns=_WALL_COLUMNS if wall else "",
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_PLANNER_SQL)
+        cursor.execute(sql, params)
+        for row in cursor.fetchall():
+            series_id, index, counts, steps, values = row[:5]
+            where = np.asarray(index, dtype=np.int64)
+            count = np.asarray(counts, dtype=float)
+            target = found[series_id]
+            target.present[where] = True
+            target.step[where] = np.asarray(steps, dtype=float) / count
+            with np.errstate(invalid="ignore"):
+                target.value[where] = np.asarray(values, dtype=float) / count
+            if wall:
+                target.wall[where] = np.asarray(row[5], dtype=float)  # None -> NaN
+                target.wall_first = math.nan if row[6] is None else float(row[6])
+    return found
+
+
+def buckets_portable(series_ids: Sequence[int], lo: int, hi: int, size: int) -> dict[int, Buckets]:
+    """:func:`buckets_postgres` in Python (any database; the reference of the tests).
+
+    A NULL value (SQLite's NaN) counts as NaN; NULL wall times are ignored, as SQL's
+    ``avg``/``min`` ignore NULLs.
+    """
+    sums: dict[tuple[int, int], list[Any]] = {}
+    rows = (
+        MetricPoint.objects.filter(series_id__in=series_ids, step__gte=lo, step__lte=hi)
+        .order_by("series_id", "step")
+        .values_list("series_id", "step", "value", "wall_time")
+    )
+    for series_id, step, value, wall in rows:
+        key = (series_id, bucket_of(step, lo, hi, size))
+        entry = sums.setdefault(key, [0, 0.0, [], []])
+        entry[0] += 1
+        entry[1] += step
+        entry[2].append(math.nan if value is None else value)
+        if wall is not None:
+            entry[3].append(wall)
+    found = {pk: empty_buckets(size) for pk in series_ids}
+    for (series_id, bucket), (count, step_sum, values, walls) in sums.items():
+        target = found[series_id]
+        target.present[bucket] = True
+        target.step[bucket] = step_sum / count
+        with np.errstate(invalid="ignore"):
+            target.value[bucket] = float(np.mean(values))
+        target.wall[bucket] = float(np.mean(walls)) if walls else math.nan
+        if walls:
+            first = min(walls)
+            if math.isnan(target.wall_first) or first < target.wall_first:
+                target.wall_first = first
+    return found
+
+
+def load_buckets(
+    series_ids: Sequence[int], lo: int, hi: int, size: int, *, wall: bool
+) -> dict[int, Buckets]:
+    if connection.vendor == "postgresql":
+        return buckets_postgres(series_ids, lo, hi, size, wall=wall)
+    return buckets_portable(series_ids, lo, hi, size)
+
+
+# --------------------------------------------------------------------------- x-axis
+
+
+def _run_wall_first(
+    index: dict[tuple[int, str, str], int], found: dict[int, Buckets]
+) -> dict[int, float]:
+    """Per run, its earliest wall time over the loaded series (runs without one: absent)."""
+    first: dict[int, float] = {}
+    for (run_id, _policy, _key), series_id in index.items():
+        value = found[series_id].wall_first
+        if math.isfinite(value) and value < first.get(run_id, math.inf):
+            first[run_id] = value
+    return first
+
+
+def _counter_x(curve: Buckets, counter: Buckets) -> np.ndarray:
+    """The counter at the curve's mean steps, linearly interpolated between the counter's
+    own bucket means (step, value). Before its first or after its last bucket mean the
+    line through the two nearest is extended, but only within a bucket where the counter
+    has points; further out the x is unknown (NaN)."""
+    usable = counter.present & np.isfinite(counter.value) & np.isfinite(counter.step)
+    x = np.full(curve.step.shape, np.nan)
+    if not usable.any():
+        return x
+    positions = np.flatnonzero(curve.present)
+    steps = curve.step[positions]
+    known_steps, known = counter.step[usable], counter.value[usable]
+    values = np.interp(steps, known_steps, known)
+    if known.size >= 2:
+        for outside, (a, b) in (
+            (steps < known_steps[0], (0, 1)),
+            (steps > known_steps[-1], (-2, -1)),
+        ):
+            slope = (known[b] - known[a]) / (known_steps[b] - known_steps[a])
+            values[outside] = known[a] + (steps[outside] - known_steps[a]) * slope
+    beyond = (steps < known_steps[0]) | (steps > known_steps[-1])
+    values[beyond & ~usable[positions]] = np.nan
+    x[positions] = values
+    return x
+
+
+# --------------------------------------------------------------------------- build
+
+
+def comparison_build(*, spec: ComparisonSpec, runs: Sequence[Run]) -> Comparison:
+    """The curves of ``runs`` (visible, the spec's) as the spec asks for them."""
+    notes: list[str] = []
+    groups = groups_of(runs, spec.group_by)
+    policies = policies_of(runs, spec, notes)
+    run_ids = [run.pk for run in runs]
+    counter_key = X_COUNTERS.get(spec.x)
+    keys = list(spec.metrics) + ([counter_key] if counter_key else [])
+    index = {
+        (run_id, policy, key): pk
+        for pk, run_id, policy, key in MetricSeries.objects.filter(
+            run_id__in=run_ids, policy__in=policies, key__in=keys
+        ).values_list("id", "run_id", "policy", "key")
+    }
+    metric_ids = [pk for (_r, _p, key), pk in index.items() if key in spec.metrics]
+    comparison = Comparison(
+        spec=spec,
+        groups=groups,
+        panels=[],
+        notes=notes,
+        x_label=X_LABELS[spec.x],
+        runs=list(runs),
+    )
+    bounds = step_range(metric_ids)
+    if bounds is None:
+        notes.append("no points of these metrics and policies in these runs")
+        comparison.panels = [
+            Panel(policy, metric, X_LABELS[spec.x])
+            for policy in policies
+            for metric in spec.metrics
+        ]
+        return comparison
+    lo, hi = bounds
+    size = min(spec.buckets, hi - lo + 1)
+    comparison.grid = size
+    found = load_buckets(list(index.values()), lo, hi, size, wall=spec.x == "wall_time")
+    wall_first = _run_wall_first(index, found)
+
+    # Every (panel, group, run) curve with its x; smoothed all at once below.
+    panels: list[Panel] = []
+    slots: list[tuple[int, int]] = []  # (panel index, group index) of each curve
+    ys: list[np.ndarray] = []
+    xs: list[np.ndarray] = []
+    for policy in policies:
+        x_mode = _x_mode(spec, policy, index, wall_first, notes)
+        for metric in spec.metrics:
+            panel = Panel(policy, metric, X_LABELS[x_mode])
+            lacking = []
+            for g, group in enumerate(groups):
+                for run_id in group.runs:
+                    series_id = index.get((run_id, policy, metric))
+                    if series_id is None:
+                        lacking.append(run_id)
+                        continue
+                    curve = found[series_id]
+                    x = _x_of(x_mode, curve, run_id, policy, index, found, wall_first)
+                    present = curve.present & np.isfinite(x)
+                    ys.append(np.where(present, curve.value, np.nan))
+                    xs.append(np.where(present, x, np.nan))
+                    slots.append((len(panels), g))
+            if lacking:
+                notes.append(
+                    f"{policy} / {metric}: no data in run(s) {_ids(lacking)}"
+                    if len(lacking) < len(run_ids)
+                    else f"{policy} / {metric}: no data in any run"
+                )
+            panels.append(panel)
+    raw = np.array(ys) if ys else np.zeros((0, size))
+    smoothed = ema(raw, spec.smooth) if spec.smooth > 0 else raw
+    present_x = np.array(xs) if xs else np.zeros((0, size))
+
+    rows_of: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for row, slot in enumerate(slots):
+        rows_of[slot].append(row)
+    for (p, g), rows in sorted(rows_of.items()):
+        group = groups[g]
+        x_rows = present_x[rows]
+        has_point = np.isfinite(x_rows)
+        keep = has_point.any(axis=0)
+        if not keep.any():
+            continue
+        count = np.maximum(has_point.sum(axis=0), 1)
+        x = np.where(has_point, x_rows, 0.0).sum(axis=0) / count
+        band = aggregate(smoothed[rows], spec.band)
+        raw_mean = aggregate(raw[rows], "none").mean
+        panels[p].traces.append(
+            Trace(
+                group=group.label,
+                colour=group.colour,
+                dash=group.dash,
+                x=x[keep],
+                mean=band.mean[keep],
+                lower=band.lower[keep],
+                upper=band.upper[keep],
+                n=band.n[keep],
+                raw_mean=raw_mean[keep],
+            )
+        )
+    if spec.log_y:
+        for panel in panels:
+            if any(np.any(trace.lower <= 0) or np.any(trace.mean <= 0) for trace in panel.traces):
+                notes.append(
+                    f"{panel.policy} / {panel.metric}: values <= 0 are not shown on a log scale"
+                )
+    comparison.panels = panels
+    return comparison
+
+
+def _ids(ids: Iterable[int]) -> str:
+    ordered = sorted(set(ids))
+    shown = ", ".join(str(pk) for pk in ordered[:10])
+    return shown + (f" and {len(ordered) - 10} more" if len(ordered) > 10 else "")
+
+
+def _x_mode(
+    spec: ComparisonSpec,
+    policy: str,
+    index: dict[tuple[int, str, str], int],
+    wall_first: dict[int, float],
+    notes: list[str],
+) -> str:
+    """The x-axis of ``policy``'s panels: the spec's, or step when some run lacks it."""
+    with_data = {r for (r, p, key) in index if p == policy and key in spec.metrics}
+    counter_key = X_COUNTERS.get(spec.x)
+    if counter_key:
+        lacking = [r for r in sorted(with_data) if (r, policy, counter_key) not in index]
+        if lacking:
+            notes.append(
+                f"{policy}: no {counter_key} in run(s) {_ids(lacking)}; "
+                f"its panels are plotted against step"
+            )
+            return "step"
+    elif spec.x == "wall_time":
+        lacking = [r for r in sorted(with_data) if r not in wall_first]
+        if lacking:
+            notes.append(
+                f"{policy}: no wall times in run(s) {_ids(lacking)}; "
+                f"its panels are plotted against step"
+            )
+            return "step"
+    return spec.x
+
+
+def _x_of(
+    x_mode: str,
+    curve: Buckets,
+    run_id: int,
+    policy: str,
+    index: dict[tuple[int, str, str], int],
+    found: dict[int, Buckets],
+    wall_first: dict[int, float],
+) -> np.ndarray:
+    if x_mode == "step":
+        return curve.step
+    if x_mode == "wall_time":
+        return curve.wall - wall_first[run_id]
+    return _counter_x(curve, found[index[(run_id, policy, X_COUNTERS[x_mode])]])
+
+
+# --------------------------------------------------------------------------- summary
+
+
+@dataclass
+class Cell:
+    group: str
+    final: MeanStd
+    best: MeanStd
+    mean: MeanStd
+
+    def stat(self, name: str) -> MeanStd:
+        return getattr(self, name)
+
+
+@dataclass
+class SummaryRow:
+    policy: str
+    cells: list[Cell]
+
+
+@dataclass
+class Summary:
+    """Per policy x group: final, best and mean value per run, then mean +- std over the
+    group's runs. ``best[statistic][policy]`` is the group with the highest mean (the
+    lowest with ``lower_is_better``), None when no group has a value."""
+
+    metric: str
+    groups: list[Group]
+    policies: list[str]
+    rows: list[SummaryRow]
+    best: dict[str, dict[str, str | None]]
+    lower_is_better: bool
+    notes: list[str]
+
+
+_FINITE = "p.value IS NOT NULL AND p.value <> 'NaN'::float8 AND abs(p.value) <> 'Infinity'::float8"
+_SUMMARY_SQL = f"""
+    SELECT p.series_id,
+           (array_agg(p.value ORDER BY p.step DESC) FILTER (WHERE {_FINITE}))[1],
+           max(p.value) FILTER (WHERE {_FINITE}),
+           min(p.value) FILTER (WHERE {_FINITE}),
+           avg(p.value) FILTER (WHERE {_FINITE})
+    FROM {{points}} AS p
+    WHERE p.series_id = ANY(%(ids)s::bigint[])
+    GROUP BY p.series_id
+"""
+
+
+def run_summaries(series_ids: Sequence[int], *, lower_is_better: bool) -> dict[int, RunSummary]:
+    """Per series: :class:`webapp.compare.stats.RunSummary` of its raw points."""
+    found = {pk: RunSummary(math.nan, math.nan, math.nan) for pk in series_ids}
+    if not series_ids:
+        return found
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _SUMMARY_SQL.format(points=_table(MetricPoint)), {"ids": list(series_ids)}
+            )
+            for series_id, final, high, low, mean in cursor.fetchall():
+                if final is None:
+                    continue
+                best = low if lower_is_better else high
+                found[series_id] = RunSummary(float(final), float(best), float(mean))
+        return found
+    return run_summaries_portable(series_ids, lower_is_better=lower_is_better)
+
+
+def run_summaries_portable(
+    series_ids: Sequence[int], *, lower_is_better: bool
+) -> dict[int, RunSummary]:
+    """:func:`run_summaries` in Python from every point (the reference of the tests)."""
+    values: dict[int, list[float]] = {pk: [] for pk in series_ids}
+    rows = (
+        MetricPoint.objects.filter(series_id__in=series_ids)
+        .order_by("series_id", "step")
+        .values_list("series_id", "value")
+    )
+    for series_id, value in rows:
+        values[series_id].append(math.nan if value is None else value)
+    return {
+        pk: run_summary(points, lower_is_better=lower_is_better) for pk, points in values.items()
+    }
+
+
+def summary_build(
+    *, spec: ComparisonSpec, runs: Sequence[Run], metric: str, lower_is_better: bool = False
+) -> Summary:
+    """The summary table of ``metric`` over the spec's groups and policies (raw points,
+    not smoothed or bucketed)."""
+    notes: list[str] = []
+    groups = groups_of(runs, spec.group_by)
+    policies = policies_of(runs, spec, notes)
+    index = {
+        (run_id, policy): pk
+        for pk, run_id, policy in MetricSeries.objects.filter(
+            run_id__in=[run.pk for run in runs], policy__in=policies, key=metric
+        ).values_list("id", "run_id", "policy")
+    }
+    per_series = run_summaries(list(index.values()), lower_is_better=lower_is_better)
+    rows = []
+    best: dict[str, dict[str, str | None]] = {name: {} for name in STATISTICS}
+    for policy in policies:
+        cells = []
+        for group in groups:
+            summaries = [
+                per_series[index[(run_id, policy)]]
+                for run_id in group.runs
+                if (run_id, policy) in index
+            ]
+            cells.append(
+                Cell(
+                    group=group.label,
+                    final=mean_std_n([s.final for s in summaries]),
+                    best=mean_std_n([s.best for s in summaries]),
+                    mean=mean_std_n([s.mean for s in summaries]),
+                )
+            )
+        for name in STATISTICS:
+            best[name][policy] = _best_group(cells, name, lower_is_better)
+        rows.append(SummaryRow(policy, cells))
+    if not index:
+        notes.append(f"no run has {metric} for these policies")
+    return Summary(metric, groups, policies, rows, best, lower_is_better, notes)
+
+
+def _best_group(cells: Sequence[Cell], name: str, lower_is_better: bool) -> str | None:
+    """The group whose mean of statistic ``name`` is best; the first one on a tie."""
+    chosen: Cell | None = None
+    for cell in cells:
+        value = cell.stat(name).mean
+        if value is None:
+            continue
+        if chosen is None:
+            chosen = cell
+            continue
+        current = chosen.stat(name).mean
+        assert current is not None
+        if (value < current) if lower_is_better else (value > current):
+            chosen = cell
+    return None if chosen is None else chosen.group

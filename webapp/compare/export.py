@@ -1,0 +1,406 @@
+"""Paper exports of a comparison: figures (PDF, SVG, PNG), data CSV, tables (CSV, LaTeX),
+and the figure bundle (a zip of all of them plus every run's config).
+
+Figures are drawn by matplotlib on the server with its object API (``Figure``, no
+pyplot state) and the Agg/PDF/SVG canvases, from the same :class:`Comparison` the JSON
+endpoint serves: same groups, colours, smoothing, bands and x-axis as on screen.
+
+Settings, per figure (:data:`RC`): DejaVu Sans (shipped with matplotlib, so every
+machine draws the same glyphs); TrueType fonts embedded in the PDF (``pdf.fonttype``
+42, editable text); text as paths in the SVG (``svg.fonttype = "path"``: no font needed
+to view it); one column = 3.5 in wide, two columns = 7.0 in; PNG at 300 dpi. Output is
+deterministic: no creation date in PDF/SVG, a fixed SVG id salt, a fixed zip timestamp,
+so the same comparison gives the same bytes.
+
+rcParams are process-global in matplotlib, so rendering holds a lock while it applies
+them (safe under a threaded server).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import threading
+import zipfile
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+import numpy as np
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter
+
+from webapp.compare.data import STATISTICS, Comparison, Summary
+from webapp.compare.palette import MATPLOTLIB_DASHES
+from webapp.compare.serialize import number_text
+
+# fontTools logs every font subset at INFO (once per PDF); that is noise in a server log.
+logging.getLogger("fontTools").setLevel(logging.WARNING)
+# No GUI backend in a server, even if something imports pyplot later (this module uses
+# the object API only: savefig picks the PDF/SVG/Agg canvas by format).
+matplotlib.use("Agg")
+
+FIGURE_FORMATS = ("pdf", "svg", "png")
+COLUMN_WIDTHS = {1: 3.5, 2: 7.0}  # inches
+MAX_PANEL_COLUMNS = {1: 2, 2: 4}
+PNG_DPI = 300
+BAND_ALPHA = 0.2
+CSV_COLUMNS = ("group", "policy", "metric", "x", "mean", "lower", "upper", "n", "raw_mean")
+TABLE_CSV_COLUMNS = ("metric", "policy", "group", "statistic", "mean", "std", "n", "best")
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+RC: dict[str, Any] = {
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+    "svg.fonttype": "path",
+    "svg.hashsalt": "mutual-rl-lab",
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],
+    "mathtext.fontset": "dejavusans",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.35,
+    "grid.linewidth": 0.4,
+    "axes.linewidth": 0.6,
+    "lines.linewidth": 1.1,
+    "xtick.major.width": 0.5,
+    "ytick.major.width": 0.5,
+    "xtick.major.size": 2.5,
+    "ytick.major.size": 2.5,
+    "legend.frameon": False,
+    "path.simplify": False,
+}
+FONT_SIZES = {1: 7.0, 2: 8.0}
+METADATA = {
+    "pdf": {"CreationDate": None, "ModDate": None},
+    "svg": {"Date": None},
+    "png": {"Software": None},
+}
+
+_RENDER_LOCK = threading.Lock()
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _rc(columns: int) -> dict[str, Any]:
+    size = FONT_SIZES[columns]
+    return RC | {
+        "font.size": size,
+        "axes.titlesize": size,
+        "axes.labelsize": size,
+        "xtick.labelsize": size - 1,
+        "ytick.labelsize": size - 1,
+        "legend.fontsize": size,
+        "legend.title_fontsize": size,
+    }
+
+
+def layout(n_panels: int, n_metrics: int, columns: int) -> tuple[int, int, float, float]:
+    """(rows, panel columns, width, height in inches). Panels go policy by policy, each
+    policy's metrics side by side; as many policies share a row as fit whole in the
+    width (one column: 2 panels, two columns: 4), more metrics than that wrap."""
+    widest = MAX_PANEL_COLUMNS[columns]
+    ncols = (widest // n_metrics) * n_metrics if 0 < n_metrics <= widest else widest
+    ncols = max(1, min(ncols, n_panels))
+    nrows = max(1, math.ceil(n_panels / ncols))
+    width = COLUMN_WIDTHS[columns]
+    panel_height = min(max(width / ncols * 0.72, 1.25), 2.2)
+    return nrows, ncols, width, nrows * panel_height + 0.45
+
+
+def build_figure(comparison: Comparison, columns: int = 1) -> Figure:
+    """The comparison as a matplotlib figure (call within :func:`rc_context`)."""
+    panels = comparison.panels
+    nrows, ncols, width, height = layout(len(panels), len(comparison.spec.metrics), columns)
+    figure = Figure(figsize=(width, height), layout="constrained")
+    axes = figure.subplots(nrows, ncols, squeeze=False)
+    shown: dict[str, tuple[str, str]] = {}
+    for index, ax in enumerate(axes.flat):
+        if index >= len(panels):
+            ax.set_visible(False)
+            continue
+        panel = panels[index]
+        _draw_panel(ax, panel, comparison)
+        for trace in panel.traces:
+            shown.setdefault(trace.group, (trace.colour, trace.dash))
+        if index // ncols == nrows - 1 or index + ncols >= len(panels):
+            ax.set_xlabel(panel.x_label)
+    handles = [
+        Line2D(
+            [], [], color=group.colour, linestyle=MATPLOTLIB_DASHES[group.dash], label=group.label
+        )
+        for group in comparison.groups
+        if group.label in shown
+    ]
+    if handles:
+        title = (
+            None
+            if comparison.spec.group_by in ("regime", "experiment")
+            else comparison.spec.group_by
+        )
+        figure.legend(
+            handles=handles,
+            loc="outside upper center",
+            ncols=min(len(handles), 4 if columns == 1 else 6),
+            title=title,
+            handlelength=1.8,
+            columnspacing=1.0,
+        )
+    return figure
+
+
+def _draw_panel(ax: Any, panel: Any, comparison: Comparison) -> None:
+    spec = comparison.spec
+    ax.set_title(panel.policy)
+    ax.set_ylabel(panel.metric)
+    if spec.log_y:
+        ax.set_yscale("log", nonpositive="mask")
+    if panel.x_label in ("rollouts", "response tokens"):
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    if not panel.traces:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        return
+    for trace in panel.traces:
+        x = np.asarray(trace.x, dtype=float)
+        if spec.band != "none":
+            ax.fill_between(
+                x,
+                np.ma.masked_invalid(trace.lower),
+                np.ma.masked_invalid(trace.upper),
+                color=trace.colour,
+                alpha=BAND_ALPHA,
+                linewidth=0,
+            )
+        ax.plot(
+            x,
+            np.ma.masked_invalid(trace.mean),
+            color=trace.colour,
+            linestyle=MATPLOTLIB_DASHES[trace.dash],
+        )
+
+
+def render_figure(comparison: Comparison, fmt: str, columns: int = 1) -> bytes:
+    """The figure as ``fmt`` (pdf, svg or png) bytes; identical inputs, identical bytes."""
+    return render_figures(comparison, (fmt,), columns)[fmt]
+
+
+def render_figures(
+    comparison: Comparison, formats: Sequence[str], columns: int = 1
+) -> dict[str, bytes]:
+    """The figure in each of ``formats``, drawn once and saved in each."""
+    for fmt in formats:
+        if fmt not in FIGURE_FORMATS:
+            raise ValueError(f"figure format must be one of {FIGURE_FORMATS}, not {fmt!r}")
+    if columns not in COLUMN_WIDTHS:
+        raise ValueError(f"columns must be 1 or 2, not {columns}")
+    rendered = {}
+    with _RENDER_LOCK, rc_context(_rc(columns)):
+        figure = build_figure(comparison, columns)
+        for fmt in formats:
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format=fmt, dpi=PNG_DPI, metadata=METADATA[fmt])
+            rendered[fmt] = buffer.getvalue()
+    return rendered
+
+
+# --------------------------------------------------------------------------- data CSV
+
+
+def data_csv(comparison: Comparison) -> str:
+    """Every plotted point: group, policy, metric, x, mean, lower, upper, n, raw_mean
+    (``mean``/``lower``/``upper`` smoothed when the spec smooths; ``raw_mean`` the
+    unsmoothed group mean). Values as in the JSON endpoint."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for panel in comparison.panels:
+        for trace in panel.traces:
+            columns = (trace.x, trace.mean, trace.lower, trace.upper, trace.n, trace.raw_mean)
+            for x, mean, lower, upper, n, raw in zip(*columns, strict=True):
+                writer.writerow(
+                    (
+                        trace.group,
+                        panel.policy,
+                        panel.metric,
+                        number_text(x),
+                        number_text(mean),
+                        number_text(lower),
+                        number_text(upper),
+                        int(n),
+                        number_text(raw),
+                    )
+                )
+    return out.getvalue()
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def table_csv(summaries: Sequence[Summary]) -> str:
+    """One row per metric x policy x group x statistic: mean, std, n, and ``best`` (1 for
+    the best group of that policy and statistic)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TABLE_CSV_COLUMNS)
+    for summary in summaries:
+        for row in summary.rows:
+            for cell in row.cells:
+                for name in STATISTICS:
+                    value = cell.stat(name)
+                    best = summary.best[name].get(row.policy) == cell.group
+                    writer.writerow(
+                        (
+                            summary.metric,
+                            row.policy,
+                            cell.group,
+                            name,
+                            number_text(value.mean),
+                            number_text(value.std),
+                            value.n,
+                            int(best),
+                        )
+                    )
+    return out.getvalue()
+
+
+_LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIALS.get(char, char) for char in text)
+
+
+def decimals_for(values: Sequence[float]) -> int:
+    """Decimals that show about three significant digits of the largest value."""
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v) and v != 0]
+    if not finite:
+        return 3
+    return min(8, max(0, 2 - math.floor(math.log10(max(finite)))))
+
+
+def table_latex(summaries: Sequence[Summary]) -> str:
+    """A booktabs ``tabular`` per summary: rows policy x group, columns final, best, mean
+    (mean $\\pm$ std over runs) and n; the best group per policy and column in bold."""
+    return "\n".join(_one_table_latex(summary) for summary in summaries)
+
+
+def _one_table_latex(summary: Summary) -> str:
+    values = [
+        v
+        for row in summary.rows
+        for cell in row.cells
+        for name in STATISTICS
+        for v in (cell.stat(name).mean, cell.stat(name).std)
+        if v is not None
+    ]
+    decimals = decimals_for(values)
+    direction = "lower" if summary.lower_is_better else "higher"
+    lines = [
+        f"% {summary.metric}: final, best and mean value per run; mean $\\pm$ std "
+        f"(ddof=1) over the runs of each group, n runs.",
+        f"% Bold: the best group per policy and column ({direction} is better). "
+        "Needs \\usepackage{booktabs}.",
+        r"\begin{tabular}{llrrrr}",
+        r"\toprule",
+        r"Policy & Group & Final & Best & Mean & $n$ \\",
+    ]
+    for row in summary.rows:
+        lines.append(r"\midrule")
+        for position, cell in enumerate(row.cells):
+            entries = [latex_escape(row.policy) if position == 0 else "", latex_escape(cell.group)]
+            for name in STATISTICS:
+                text = _mean_std_latex(cell.stat(name).mean, cell.stat(name).std, decimals)
+                if summary.best[name].get(row.policy) == cell.group:
+                    text = f"\\textbf{{{text}}}"
+                entries.append(text)
+            entries.append(str(max(cell.final.n, cell.best.n, cell.mean.n)))
+            lines.append(" & ".join(entries) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def _mean_std_latex(mean: float | None, std: float | None, decimals: int) -> str:
+    if mean is None:
+        return "--"
+    if std is None:
+        return _number_latex(mean, decimals)
+    return f"{_number_latex(mean, decimals)} $\\pm$ {_number_latex(std, decimals)}"
+
+
+def _number_latex(value: float, decimals: int) -> str:
+    """A fixed-point number; a minus sign, not a hyphen, when negative."""
+    text = f"{value:.{decimals}f}"
+    if not text.startswith("-"):
+        return text
+    return text[1:] if float(text) == 0 else f"$-${text[1:]}"
+
+
+# --------------------------------------------------------------------------- bundle
+
+README = """Figure bundle of a Mutual RL Lab comparison.
+
+figure.pdf / figure.svg / figure.png  the figure ({width} in wide; PNG at {dpi} dpi)
+data.csv       every plotted point: group, policy, metric, x, mean, lower, upper, n,
+               raw_mean (mean/lower/upper smoothed if smoothing is on; raw_mean is not)
+table.csv      per metric, policy, group: final/best/mean value per run, mean +- std
+               (ddof=1) over the group's runs, n, and the best group per column
+table.tex      the same as booktabs tables
+configs/       the exact trainer config of every run involved
+spec.txt       the comparison's query string: open /compare/?<spec> to see it again
+
+Grouping: {group_by}. Band: {band}. Smoothing: debiased EMA, weight {smooth}, per run on
+a grid of {grid} step buckets, before averaging over runs. x-axis: {x}.
+"""
+
+
+def _zip_entry(archive: zipfile.ZipFile, name: str, data: bytes | str) -> None:
+    info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    archive.writestr(info, data)
+
+
+def bundle(comparison: Comparison, summaries: Sequence[Summary], columns: int = 1) -> bytes:
+    """The figure bundle: figures, data.csv, table.csv/.tex, configs/run-<id>.json,
+    spec.txt and a README; deterministic bytes."""
+    spec = comparison.spec
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for fmt, figure in render_figures(comparison, FIGURE_FORMATS, columns).items():
+            _zip_entry(archive, f"figure.{fmt}", figure)
+        _zip_entry(archive, "data.csv", data_csv(comparison))
+        _zip_entry(archive, "table.csv", table_csv(summaries))
+        _zip_entry(archive, "table.tex", table_latex(summaries))
+        for run in sorted(comparison.runs, key=lambda run: run.pk):
+            config = json.dumps(run.config, indent=2, sort_keys=True, ensure_ascii=False)
+            _zip_entry(archive, f"configs/run-{run.pk}.json", config + "\n")
+        _zip_entry(archive, "spec.txt", spec.to_query() + "\n")
+        readme = README.format(
+            width=COLUMN_WIDTHS[columns],
+            dpi=PNG_DPI,
+            group_by=spec.group_by,
+            band=spec.band,
+            smooth=spec.smooth,
+            grid=comparison.grid,
+            x=spec.x,
+        )
+        _zip_entry(archive, "README.txt", readme)
+    return buffer.getvalue()

@@ -1,0 +1,106 @@
+"""A comparison and a summary table as JSON-ready dicts (the compare endpoints' replies).
+
+Numbers are floats; non-finite ones are the strings "NaN", "Infinity", "-Infinity", as
+everywhere in the API (:func:`webapp.api.http.encode_value`). The CSV exports write the
+same values with the same spelling (:func:`number_text`), so the two always agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from webapp.api.http import encode_value
+from webapp.compare.data import Comparison, Summary
+from webapp.compare.stats import MeanStd
+
+
+def floats(values: np.ndarray) -> list[float | str | None]:
+    """A float array as a JSON list (non-finite values as strings)."""
+    array = np.asarray(values, dtype=float)
+    if np.isfinite(array).all():
+        return array.tolist()
+    return [encode_value(value) for value in array.tolist()]
+
+
+def number_text(value: float | None) -> str:
+    """A value as CSV text: ``repr`` (what JSON writes), "NaN"/"Infinity"/"-Infinity",
+    and the empty string for None."""
+    encoded = encode_value(None if value is None else float(value))
+    if encoded is None:
+        return ""
+    return encoded if isinstance(encoded, str) else repr(encoded)
+
+
+def comparison_json(comparison: Comparison) -> dict[str, Any]:
+    """``{"spec", "groups": [{"label", "colour", "dash", "runs"}], "panels": [{"policy",
+    "metric", "x_label", "traces": [{"group", "colour", "dash", "x", "mean", "lower",
+    "upper", "n", "raw_mean"}]}], "notes", "x_label", "grid"}``."""
+    return {
+        "spec": comparison.spec.to_query(),
+        "groups": [
+            {"label": g.label, "colour": g.colour, "dash": g.dash, "runs": g.runs}
+            for g in comparison.groups
+        ],
+        "panels": [
+            {
+                "policy": panel.policy,
+                "metric": panel.metric,
+                "x_label": panel.x_label,
+                "traces": [
+                    {
+                        "group": trace.group,
+                        "colour": trace.colour,
+                        "dash": trace.dash,
+                        "x": floats(trace.x),
+                        "mean": floats(trace.mean),
+                        "lower": floats(trace.lower),
+                        "upper": floats(trace.upper),
+                        "n": [int(k) for k in trace.n],
+                        "raw_mean": floats(trace.raw_mean),
+                    }
+                    for trace in panel.traces
+                ],
+            }
+            for panel in comparison.panels
+        ],
+        "notes": comparison.notes,
+        "x_label": comparison.x_label,
+        "grid": comparison.grid,
+    }
+
+
+def mean_std_json(value: MeanStd) -> dict[str, Any]:
+    return {"mean": value.mean, "std": value.std, "n": value.n}
+
+
+def summary_json(summary: Summary) -> dict[str, Any]:
+    """``{"metric", "lower_is_better", "groups": [labels], "colours": {label: colour},
+    "policies", "rows": [{"policy", "cells": [{"group", "final": {"mean", "std", "n"},
+    "best": {...}, "mean": {...}}]}], "best": {"final": {policy: group}, "best": ...,
+    "mean": ...}, "notes"}``; ``mean``/``std`` are null without runs / below two runs."""
+    return {
+        "metric": summary.metric,
+        "lower_is_better": summary.lower_is_better,
+        "groups": [group.label for group in summary.groups],
+        "colours": {group.label: group.colour for group in summary.groups},
+        "policies": summary.policies,
+        "rows": [
+            {
+                "policy": row.policy,
+                "cells": [
+                    {
+                        "group": cell.group,
+                        "final": mean_std_json(cell.final),
+                        "best": mean_std_json(cell.best),
+                        "mean": mean_std_json(cell.mean),
+                    }
+                    for cell in row.cells
+                ],
+            }
+            for row in summary.rows
+        ],
+        "best": summary.best,
+        "notes": summary.notes,
+    }

@@ -1,0 +1,13 @@
+"""Comparison data (JSON, under /api/v1/) and exports (files); mounted at the root."""
+
+from django.urls import path
+
+from webapp.compare import views
+
+app_name = "compare"
+urlpatterns = [
+    path("api/v1/compare", views.data, name="data"),
+    path("api/v1/compare/summary", views.summary, name="summary"),
+    path("compare/export.<str:fmt>", views.export_file, name="export"),
+    path("compare/table.<str:fmt>", views.table_file, name="table"),
+]

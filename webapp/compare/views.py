@@ -1,0 +1,166 @@
+"""Comparison endpoints: the JSON the compare page plots, and the paper exports.
+
+All take the :class:`webapp.compare.spec.ComparisonSpec` query string. Login required:
+the JSON endpoints answer 401 JSON to anonymous users, the file endpoints redirect to
+the login page. A run id that is unknown or outside the user's labs gives 404; a bad
+parameter 400 JSON ``{"error": message}`` naming it.
+
+- ``GET /api/v1/compare?<spec>`` (``compare:data``): the curves
+  (:func:`webapp.compare.serialize.comparison_json`).
+- ``GET /api/v1/compare/summary?<spec>&table_metric=M[&lower_is_better=1]``
+  (``compare:summary``): the summary table of metric M
+  (:func:`webapp.compare.serialize.summary_json`).
+- ``GET /compare/export.<pdf|svg|png|csv|zip>?<spec>&columns=1|2`` (``compare:export``):
+  the figure, the plotted data, or the figure bundle (its tables: one per metric of the
+  spec; ``lower_is_better=1`` applies to all of them).
+- ``GET /compare/table.<csv|tex>?<spec>&table_metric=M`` (``compare:table``).
+
+The table's metric: ``table_metric`` if given, else the *last* ``metric`` parameter
+(so ``<spec>&metric=M`` works too), else ``val/reward@1``. Higher is better unless
+``lower_is_better=1``, which also makes a run's "best" its lowest value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from webapp.api.http import allow_methods, json_error, json_reply, login_required_json
+from webapp.compare import export
+from webapp.compare.data import comparison_build, runs_for_spec, summary_build
+from webapp.compare.serialize import comparison_json, summary_json
+from webapp.compare.spec import METRIC_PATTERN, ComparisonSpec, SpecError, bool_param
+
+View = Callable[..., HttpResponse]
+EXPORT_FORMATS = ("pdf", "svg", "png", "csv", "zip")
+TABLE_FORMATS = ("csv", "tex")
+CONTENT_TYPES = {
+    "pdf": "application/pdf",
+    "svg": "image/svg+xml",
+    "png": "image/png",
+    "csv": "text/csv; charset=utf-8",
+    "zip": "application/zip",
+    "tex": "application/x-tex; charset=utf-8",
+}
+DEFAULT_TABLE_METRIC = "val/reward@1"
+
+
+def spec_errors(view: View) -> View:
+    """A :class:`SpecError` becomes 400 JSON ``{"error": message}``."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except SpecError as error:
+            return json_error(str(error), 400)
+
+    return wrapper
+
+
+def table_metric(request: HttpRequest) -> str:
+    metric = request.GET.get("table_metric", "").strip()
+    if not metric:
+        metric = next(
+            (value.strip() for value in reversed(request.GET.getlist("metric")) if value.strip()),
+            DEFAULT_TABLE_METRIC,
+        )
+    if not METRIC_PATTERN.match(metric):
+        raise SpecError(f"table_metric: {metric[:80]!r} is not a metric name")
+    return metric
+
+
+def columns_of(request: HttpRequest) -> int:
+    raw = request.GET.get("columns", "").strip() or "1"
+    if raw not in ("1", "2"):
+        raise SpecError(f"columns: must be 1 or 2, not {raw[:20]!r}")
+    return int(raw)
+
+
+def attachment(body: bytes | str, fmt: str, stem: str) -> HttpResponse:
+    response = HttpResponse(body, content_type=CONTENT_TYPES[fmt])
+    response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
+    return response
+
+
+def file_stem(kind: str, spec: ComparisonSpec, extra: str = "") -> str:
+    """``comparison-regime-12runs-1a2b3c4d``: readable, and distinct per query."""
+    digest = hashlib.sha1((spec.to_query() + extra).encode()).hexdigest()[:8]
+    group = re.sub(r"[^A-Za-z0-9_.-]", "-", spec.group_by)
+    return f"{kind}-{group}-{len(spec.runs)}runs-{digest}"
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+@never_cache
+@allow_methods("GET")
+@login_required_json
+@spec_errors
+def data(request: HttpRequest) -> HttpResponse:
+    spec = ComparisonSpec.from_query(request.GET)
+    runs = runs_for_spec(request.user, spec)
+    return json_reply(comparison_json(comparison_build(spec=spec, runs=runs)))
+
+
+@never_cache
+@allow_methods("GET")
+@login_required_json
+@spec_errors
+def summary(request: HttpRequest) -> HttpResponse:
+    spec = ComparisonSpec.from_query(request.GET)
+    metric = table_metric(request)
+    lower = bool_param(request.GET, "lower_is_better")
+    runs = runs_for_spec(request.user, spec)
+    built = summary_build(spec=spec, runs=runs, metric=metric, lower_is_better=lower)
+    return json_reply(summary_json(built))
+
+
+# --------------------------------------------------------------------------- files
+
+
+@login_required
+@require_GET
+@spec_errors
+def export_file(request: HttpRequest, fmt: str) -> HttpResponse:
+    if fmt not in EXPORT_FORMATS:
+        raise Http404(f"no export format {fmt!r}")
+    spec = ComparisonSpec.from_query(request.GET)
+    columns = columns_of(request)
+    runs = runs_for_spec(request.user, spec)
+    comparison = comparison_build(spec=spec, runs=runs)
+    stem = file_stem("comparison", spec, f"columns={columns}")
+    if fmt == "csv":
+        return attachment(export.data_csv(comparison), fmt, stem)
+    if fmt == "zip":
+        lower = bool_param(request.GET, "lower_is_better")
+        summaries = [
+            summary_build(spec=spec, runs=runs, metric=metric, lower_is_better=lower)
+            for metric in spec.metrics
+        ]
+        return attachment(export.bundle(comparison, summaries, columns), fmt, stem + "-bundle")
+    return attachment(export.render_figure(comparison, fmt, columns), fmt, stem)
+
+
+@login_required
+@require_GET
+@spec_errors
+def table_file(request: HttpRequest, fmt: str) -> HttpResponse:
+    if fmt not in TABLE_FORMATS:
+        raise Http404(f"no table format {fmt!r}")
+    spec = ComparisonSpec.from_query(request.GET)
+    metric = table_metric(request)
+    lower = bool_param(request.GET, "lower_is_better")
+    runs = runs_for_spec(request.user, spec)
+    built = summary_build(spec=spec, runs=runs, metric=metric, lower_is_better=lower)
+    body = export.table_csv([built]) if fmt == "csv" else export.table_latex([built])
+    metric_slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", metric).strip("-")
+    return attachment(body, fmt, file_stem(f"table-{metric_slug}", spec, metric))

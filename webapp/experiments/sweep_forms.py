@@ -1,0 +1,104 @@
+"""The sweep form: regimes x seeds (x one hyperparameter's values) over an experiment."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Any
+
+from django import forms
+
+from trainer.config import REGIMES, RunConfig
+from webapp.experiments.configform import MAX_CONFIG_INT
+from webapp.experiments.models import NAME_VALIDATOR
+
+SKIPPED_TOP_LEVEL = {"seed", "name", "regime", "off_policy", "pool"}
+MAX_SEED = MAX_CONFIG_INT  # a run's seed is a 32-bit integer column
+
+
+def sweepable_paths() -> list[tuple[str, type]]:
+    """Dotted config paths of scalar numbers a sweep can vary, with their types."""
+    paths: list[tuple[str, type]] = []
+    for field in dataclasses.fields(RunConfig):
+        if field.name in SKIPPED_TOP_LEVEL:
+            continue
+        hint = typing.get_type_hints(RunConfig)[field.name]
+        if dataclasses.is_dataclass(hint):
+            for sub in dataclasses.fields(hint):
+                sub_hint = typing.get_type_hints(hint)[sub.name]
+                if sub_hint in (int, float):
+                    paths.append((f"{field.name}.{sub.name}", sub_hint))
+        elif hint in (int, float):
+            paths.append((field.name, hint))
+    return paths
+
+
+def _parse_list(text: str, kind: type, what: str) -> list[Any]:
+    items = [item.strip() for item in text.replace(";", ",").split(",") if item.strip()]
+    values = []
+    for item in items:
+        try:
+            value = kind(item)
+        except ValueError:
+            raise forms.ValidationError(f"{item[:40]!r} is not a valid {what}") from None
+        if kind is float and not math.isfinite(value):
+            raise forms.ValidationError(f"{item[:40]!r} is not a finite number")
+        if kind is int and abs(value) > MAX_CONFIG_INT:
+            raise forms.ValidationError(f"{what} {item[:40]} is out of range")
+        values.append(value)
+    if len(set(values)) != len(values):
+        raise forms.ValidationError(f"each {what} once, please")
+    return values
+
+
+class SweepForm(forms.Form):
+    name = forms.CharField(max_length=48, validators=[NAME_VALIDATOR])
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    regimes = forms.MultipleChoiceField(
+        choices=[(r, r) for r in REGIMES],
+        widget=forms.CheckboxSelectMultiple,
+        initial=list(REGIMES),
+        help_text="One experiment per regime (x parameter value)",
+    )
+    seeds = forms.CharField(initial="0, 1, 2", help_text="Comma-separated; one run per seed")
+    param_path = forms.ChoiceField(
+        required=False, label="Also sweep", help_text="Optional: one hyperparameter"
+    )
+    param_values = forms.CharField(
+        required=False, label="Values", help_text="Comma-separated values of that parameter"
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.paths = dict(sweepable_paths())
+        choices = [("", "nothing else")] + [(path, path) for path in self.paths]
+        self.fields["param_path"].choices = choices  # type: ignore[attr-defined]
+        for name, field in self.fields.items():
+            field.widget.attrs.setdefault("data-testid", f"sweep-{name}")
+
+    def clean_seeds(self) -> list[int]:
+        seeds = _parse_list(self.cleaned_data["seeds"], int, "seed")
+        if not seeds:
+            raise forms.ValidationError("give at least one seed")
+        if any(not 0 <= seed <= MAX_SEED for seed in seeds):
+            raise forms.ValidationError(f"seeds are integers from 0 to {MAX_SEED}")
+        return seeds
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        path = data.get("param_path") or ""
+        text = data.get("param_values") or ""
+        if path:
+            try:
+                data["param_values"] = _parse_list(text, self.paths[path], "value")
+            except forms.ValidationError as error:
+                self.add_error("param_values", error)
+            else:
+                if not data["param_values"]:
+                    self.add_error("param_values", "give the values to sweep")
+        elif text.strip():
+            self.add_error("param_path", "choose the parameter these values are for")
+        else:
+            data["param_values"] = []
+        return data

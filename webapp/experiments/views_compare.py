@@ -1,0 +1,210 @@
+"""Sweeps and the compare page (the data and exports come from ``webapp.compare``)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from trainer.config import ConfigError
+from webapp.experiments import services
+from webapp.experiments.compare_selection import (
+    FILTERS,
+    SelectionError,
+    select_runs,
+    view_query,
+)
+from webapp.experiments.models import Experiment, MetricSeries, SavedComparison, Sweep
+from webapp.experiments.permissions import get_viewable, lab_ids
+from webapp.experiments.sweep_forms import SweepForm
+
+# The paper's standard figures, as view settings (the selection stays the user's).
+PRESETS: dict[str, dict[str, Any]] = {
+    "fig4": {
+        "title": "Figure 4: val reward@1 and training reward per policy",
+        "params": {"metric": ["val/reward@1", "train/reward_mean"], "group_by": "regime"},
+    },
+    "fig5": {
+        "title": "Figure 5: entropy, KL coefficient and KL loss",
+        "params": {
+            "metric": ["actor/entropy", "actor/kl_coef", "actor/kl_loss"],
+            "group_by": "regime",
+        },
+    },
+    "remix": {
+        "title": "ReMix: rollouts vs accuracy",
+        "params": {"metric": ["val/reward@1"], "group_by": "off_policy", "x": "rollouts"},
+    },
+}
+GROUP_BY_CHOICES = ("regime", "off_policy", "experiment", "seed")
+X_CHOICES = (("step", "step"), ("rollouts", "rollouts"), ("tokens", "response tokens"))
+X_CHOICES += (("wall_time", "wall time"),)
+BAND_CHOICES = (("std", "± std"), ("minmax", "min-max"), ("ci95", "95% CI"), ("none", "none"))
+
+
+# --- sweeps ----------------------------------------------------------------------------
+@login_required
+@require_http_methods(["GET", "POST"])
+def sweep_create(request: HttpRequest, pk: int) -> HttpResponse:
+    """A grid over experiment ``pk``'s pool; any lab member may sweep (they own it)."""
+    source = get_viewable(request.user, Experiment.objects.all(), pk)
+    form = SweepForm(request.POST or None, initial={"name": f"{source.name}-sweep"[:48]})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            sweep = services.sweep_launch(
+                owner=request.user,
+                source=source,
+                name=data["name"],
+                regimes=data["regimes"],
+                seeds=data["seeds"],
+                param_path=data["param_path"],
+                param_values=data["param_values"],
+                description=data["description"],
+            )
+        except services.SweepError as error:
+            form.add_error(error.field, str(error))
+        except ConfigError as error:
+            for path, message in error.errors.items():
+                swept = bool(data["param_path"]) and path == data["param_path"]
+                form.add_error("param_values" if swept else None, f"{path}: {message}")
+        else:
+            count = sum(len(data["seeds"]) for _ in sweep.experiments.all())
+            messages.success(request, f"Sweep {sweep.name} launched: {count} runs queued.")
+            return redirect(sweep)
+    return render(request, "experiments/sweep_form.html", {"form": form, "source": source})
+
+
+@login_required
+@require_GET
+def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    sweep = get_viewable_sweep(request, pk)
+    experiments = sweep.experiments.prefetch_related("runs").order_by("id")
+    compare_url = f"{reverse('experiments:compare')}?sweep={sweep.pk}&group_by=" + (
+        "regime" if not sweep.param_path else "experiment"
+    )
+    context = {"sweep": sweep, "experiments": experiments, "compare_url": compare_url}
+    return render(request, "experiments/sweep_detail.html", context)
+
+
+@login_required
+@require_GET
+def sweep_list(request: HttpRequest) -> HttpResponse:
+    sweeps = Sweep.objects.filter(lab_id__in=lab_ids(request.user)).select_related("owner")
+    return render(request, "experiments/sweep_list.html", {"sweeps": sweeps[:200]})
+
+
+def get_viewable_sweep(request: HttpRequest, pk: int) -> Sweep:
+    sweep = Sweep.objects.select_related("owner").filter(pk=pk).first()
+    if sweep is None or sweep.lab_id not in lab_ids(request.user):
+        raise Http404("no such sweep")
+    return sweep
+
+
+# --- the compare page --------------------------------------------------------------------
+def _compare_page(
+    request: HttpRequest, params: QueryDict, saved: SavedComparison | None
+) -> HttpResponse:
+    try:
+        selection = select_runs(request.user, params)
+    except SelectionError as error:
+        return render(
+            request, "experiments/compare.html", {"error": str(error), "saved": saved}, status=400
+        )
+    runs = selection.runs
+    run_ids = [run.pk for run in runs]
+    keys = sorted(
+        MetricSeries.objects.filter(run_id__in=run_ids).values_list("key", flat=True).distinct()
+    )
+    policies: list[str] = []
+    for run in runs:
+        policies += [name for name in run.policy_names if name not in policies]
+    settings_query = view_query(params)
+    selection_query = params.copy()
+    for key in list(settings_query):
+        selection_query.pop(key, None)
+    context = {
+        "saved": saved,
+        "selection": selection,
+        "run_ids": ",".join(str(pk) for pk in run_ids),
+        "selection_query": selection_query,
+        "keys": keys,
+        "policies": policies,
+        "chosen_metrics": params.getlist("metric") or ["val/reward@1", "train/reward_mean"],
+        "chosen_policies": params.getlist("policy"),
+        "params": params,
+        "presets": PRESETS,
+        "group_by_choices": GROUP_BY_CHOICES,
+        "x_choices": X_CHOICES,
+        "band_choices": BAND_CHOICES,
+        "filters": FILTERS,
+        "page_config": {
+            "runs": run_ids,
+            "urls": {
+                "data": reverse("compare:data"),
+                "summary": reverse("compare:summary"),
+                "export": reverse("compare:export", args=["FMT"]),
+                "table": reverse("compare:table", args=["FMT"]),
+            },
+        },
+    }
+    return render(request, "experiments/compare.html", context)
+
+
+@login_required
+@require_GET
+def compare(request: HttpRequest) -> HttpResponse:
+    params = request.GET.copy()
+    preset = PRESETS.get(params.get("preset", ""))
+    if preset is not None:
+        params.pop("preset")
+        for key, value in preset["params"].items():
+            params.setlist(key, value if isinstance(value, list) else [value])
+    return _compare_page(request, params, saved=None)
+
+
+@login_required
+@require_POST
+def comparison_save(request: HttpRequest) -> HttpResponse:
+    name = request.POST.get("name", "").strip()[:100]
+    query = request.POST.get("query", "")[:4000]
+    if "\x00" in name or "\x00" in query:
+        messages.error(request, "A comparison's name and query cannot contain NUL characters.")
+        return redirect(reverse("experiments:compare"))
+    if not name:
+        messages.error(request, "Give the comparison a name to save it.")
+        return redirect(f"{reverse('experiments:compare')}?{query}")
+    try:
+        select_runs(request.user, QueryDict(query))
+        lab = services.lab_for_user(request.user)
+    except (SelectionError, ValidationError) as error:
+        messages.error(request, str(error))
+        return redirect(reverse("experiments:compare"))
+    saved = SavedComparison.objects.create(
+        lab=lab, owner=request.user, name=name, query=query, slug=secrets.token_urlsafe(9)
+    )
+    messages.success(request, "Saved: this comparison's address is stable; share it with the lab.")
+    return redirect(saved)
+
+
+@login_required
+@require_GET
+def comparison_saved(request: HttpRequest, slug: str) -> HttpResponse:
+    saved = SavedComparison.objects.filter(slug=slug, lab_id__in=lab_ids(request.user)).first()
+    if saved is None:
+        raise Http404("no such comparison")
+    return _compare_page(request, QueryDict(saved.query), saved=saved)
+
+
+@login_required
+@require_GET
+def comparison_list(request: HttpRequest) -> HttpResponse:
+    saved = SavedComparison.objects.filter(lab_id__in=lab_ids(request.user)).select_related("owner")
+    return render(request, "experiments/comparison_list.html", {"comparisons": saved[:200]})
