@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +37,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import database_url, free_port, percentile, recreate_database
+from bench.ingest import free_port, fresh_app_database, percentile
 
 REPO = Path(__file__).resolve().parents[1]
 REGIME_SEEDS = {"standalone": 13, "prp": 13, "xgrpo": 12, "sgt": 12}
@@ -195,20 +193,8 @@ def main() -> None:
     parser.add_argument("--export-reps", type=int, default=2, help="repetitions per export")
     args = parser.parse_args()
 
-    url = database_url()
-    work = Path(tempfile.mkdtemp(prefix="mrl-bench-compare-"))
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "MRL_VAR_DIR": str(work),
-        "DJANGO_SETTINGS_MODULE": "webapp.settings",
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-" + "x" * 60,
-        "LOG_LEVEL": "WARNING",
-    }
-    os.environ.update(env)
-    recreate_database(url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True)
+    env = fresh_app_database("compare")
+    url = env["DATABASE_URL"]
     print("migrated", flush=True)
     run_ids, session_id = setup(url)
 
@@ -253,7 +239,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(env["MRL_VAR_DIR"], ignore_errors=True)
 
     points = len(run_ids) * len(POLICIES) * len(METRICS) * STEPS
     print(f"\n{len(run_ids)} runs x {len(METRICS)} metrics x {len(POLICIES)} policies x "

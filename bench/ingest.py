@@ -59,6 +59,27 @@ def recreate_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def fresh_app_database(name: str, **extra_env: str) -> dict[str, str]:
+    """Recreate and migrate the bench database of ``DATABASE_URL``; return the
+    environment (also applied to this process) a bench app server and Django run with."""
+    url = database_url()
+    work = Path(tempfile.mkdtemp(prefix=f"mrl-bench-{name}-"))
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "MRL_VAR_DIR": str(work),
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-" + "x" * 60,
+        "LOG_LEVEL": "WARNING",
+        **extra_env,
+    }
+    os.environ.update(env)
+    recreate_database(url)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True)
+    return env
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -178,20 +199,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=40, help="requests per latency figure")
     args = parser.parse_args()
 
-    url = database_url()
-    work = Path(tempfile.mkdtemp(prefix="mrl-bench-ingest-"))
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "MRL_VAR_DIR": str(work),
-        "DJANGO_SETTINGS_MODULE": "webapp.settings",
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-" + "x" * 60,
-        "LOG_LEVEL": "WARNING",
-    }
-    os.environ.update(env)
-    recreate_database(url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True)
+    env = fresh_app_database("ingest")
+    url = env["DATABASE_URL"]
     run, token, session_id = setup_run()
     port = free_port()
     server = start_server(env, port)
@@ -251,7 +260,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(env["MRL_VAR_DIR"], ignore_errors=True)
 
     print("\n| measurement | result |\n| --- | --- |")
     for label, result in rows:

@@ -23,9 +23,7 @@ import argparse
 import os
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,11 +33,9 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import (
-    REPO,
-    database_url,
     free_port,
+    fresh_app_database,
     percentile,
-    recreate_database,
     start_server,
 )
 
@@ -145,20 +141,7 @@ def main() -> None:
     parser.add_argument("--browsers", type=int, default=2)
     args = parser.parse_args()
 
-    url = database_url()
-    work = Path(tempfile.mkdtemp(prefix="mrl-bench-soak-"))
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "MRL_VAR_DIR": str(work),
-        "DJANGO_SETTINGS_MODULE": "webapp.settings",
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-" + "x" * 60,
-        "LOG_LEVEL": "WARNING",
-    }
-    os.environ.update(env)
-    recreate_database(url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True)
+    env = fresh_app_database("soak")
 
     import django
 

@@ -18,7 +18,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -29,10 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ingest import (
     REPO,
-    database_url,
     free_port,
+    fresh_app_database,
     percentile,
-    recreate_database,
     start_server,
 )
 
@@ -58,24 +56,13 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=20, help="launches per backend")
     args = parser.parse_args()
 
-    url = database_url()
-    work = Path(tempfile.mkdtemp(prefix="mrl-bench-submit-"))
     queue = f"bench-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "MRL_VAR_DIR": str(work),
-        "MRL_RUN_ROOT": str(work / "runs"),
-        "DJANGO_SETTINGS_MODULE": "webapp.settings",
-        "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-" + "x" * 60,
-        "LOG_LEVEL": "WARNING",
-    }
-    os.environ.update(env)
-    recreate_database(url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True)
+    env = fresh_app_database(
+        "submit",
+        CELERY_BROKER_URL=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
+        CELERY_TASK_DEFAULT_QUEUE=queue,
+    )
+    env["MRL_RUN_ROOT"] = os.environ["MRL_RUN_ROOT"] = f"{env['MRL_VAR_DIR']}/runs"
 
     import django
 

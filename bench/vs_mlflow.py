@@ -242,29 +242,10 @@ def stop_group(server: subprocess.Popen[bytes]) -> None:
 def ours(n_points: int, fetches: int) -> dict[str, Any]:
     import requests
 
-    from bench.ingest import (
-        database_url,
-        free_port,
-        recreate_database,
-        setup_run,
-        start_server,
-    )
+    from bench.ingest import free_port, fresh_app_database, setup_run, start_server
 
     wall0 = time.perf_counter()
-    url = database_url()
-    work = Path(tempfile.mkdtemp(prefix="mrl-bench-vs-mlflow-"))
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "MRL_VAR_DIR": str(work),
-        "DJANGO_SETTINGS_MODULE": "webapp.settings",
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-" + "x" * 60,
-        "LOG_LEVEL": "WARNING",
-    }
-    os.environ.update(env)
-    recreate_database(url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True)
+    env = fresh_app_database("vs-mlflow")
     run, token, session_id = setup_run()
     port = free_port()
     server = start_server(env, port)
@@ -308,7 +289,7 @@ def ours(n_points: int, fetches: int) -> dict[str, Any]:
     finally:
         server.terminate()
         server.wait(timeout=30)
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(env["MRL_VAR_DIR"], ignore_errors=True)
 
     import django
     import gunicorn
