@@ -224,20 +224,31 @@ class Policy:
         which the replay keeps.
         """
         metrics, old_logp, response_mask = self._train(batch, objective)
+        assert old_logp is not None  # ReMix always computes log pi_k
         behaviour = [old_logp[row][response_mask[row].bool()].tolist() for row in range(len(batch))]
         return metrics, behaviour
 
     def _train(
         self, batch: LearnerBatch, objective: RemixObjective | None
-    ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict[str, float], torch.Tensor | None, torch.Tensor]:
         """The update of :meth:`train_step` (``objective`` None) or :meth:`train_step_remix`;
-        also returns ``old_logp`` and ``response_mask``."""
+        also returns ``old_logp`` (None when no separate forward was needed) and
+        ``response_mask``."""
         input_ids, attention_mask, response_mask = build_sequences(
             batch.prompt_ids, batch.response_ids, self.pad_id
         )
         advantages = batch.advantages[:, None].expand_as(response_mask)
         weights = self._token_weights(batch, response_mask)
-        old_logp = self._log_probs(self.model, input_ids, attention_mask)
+        bounds = _split_bounds(len(batch), self.grpo.mini_batches)
+        passes = self.grpo.epochs if objective is None else objective.updates_per_batch
+        # One pass of one mini-batch: the policy that sampled is the one being updated, so
+        # the ratio's denominator is the update's own log-probs, detached (``None`` here);
+        # a separate forward for them would compute the same numbers again.
+        old_logp = (
+            None
+            if objective is None and passes == 1 and len(bounds) == 1
+            else self._log_probs(self.model, input_ids, attention_mask)
+        )
         ref_logp = (
             self._log_probs(self.reference, input_ids, attention_mask)
             if self.grpo.kl_coef > 0 or objective is not None
@@ -245,7 +256,7 @@ class Policy:
         )
         remix = (
             None
-            if objective is None
+            if objective is None or old_logp is None
             else _RemixInputs(
                 objective,
                 self._behaviour_logp(batch, old_logp, response_mask),
@@ -262,8 +273,6 @@ class Policy:
         totals |= dict.fromkeys(("aux_nll", "kl_base", "kl_prev", "ratio_sum", "tokens"), 0.0)
         ratio_max = 0.0
         updates = 0
-        bounds = _split_bounds(len(batch), self.grpo.mini_batches)
-        passes = self.grpo.epochs if objective is None else objective.updates_per_batch
         for _ in range(passes):
             for start, stop in bounds:
                 rows = slice(start, stop)
@@ -271,7 +280,7 @@ class Policy:
                     input_ids[rows],
                     attention_mask[rows],
                     response_mask[rows],
-                    old_logp[rows],
+                    None if old_logp is None else old_logp[rows],
                     None if ref_logp is None else ref_logp[rows],
                     advantages[rows],
                     None if weights is None else weights[rows],
@@ -329,7 +338,7 @@ class Policy:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         response_mask: torch.Tensor,
-        old_logp: torch.Tensor,
+        old_logp: torch.Tensor | None,
         ref_logp: torch.Tensor | None,
         advantages: torch.Tensor,
         token_weights: torch.Tensor | None,
@@ -345,7 +354,8 @@ class Policy:
         that of the loss aggregated over the whole mini-batch. An auxiliary NLL set adds
         ``aux_coef`` times its token-mean NLL to every optimizer step. With ``remix``
         the loss is ReMix's (:func:`trainer.remix.losses.remix_policy_loss`), with
-        ``old_logp`` as ``log pi_k`` and ``ref_logp`` as the base policy.
+        ``old_logp`` as ``log pi_k`` and ``ref_logp`` as the base policy. ``old_logp`` None
+        means the first and only pass: the current log-probs, detached, stand in for it.
         """
         self.optimizer.zero_grad(set_to_none=True)
         if self.grpo.loss_agg == "token-mean":
@@ -368,7 +378,7 @@ class Policy:
             if remix is None:
                 out = policy_loss(
                     logp=logp,
-                    old_logp=old_logp[rows, : width - 1],
+                    old_logp=(logp.detach() if old_logp is None else old_logp[rows, : width - 1]),
                     ref_logp=None if ref_logp is None else ref_logp[rows, : width - 1],
                     advantages=advantages[rows, : width - 1],
                     mask=mask,
@@ -384,7 +394,7 @@ class Policy:
                     ),
                 )
             else:
-                assert ref_logp is not None
+                assert ref_logp is not None and old_logp is not None
                 out = remix_policy_loss(
                     logp=logp,
                     behaviour_logp=remix.behaviour_logp[rows, : width - 1],
