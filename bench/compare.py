@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import free_port, fresh_app_database, percentile
+from bench.ingest import free_port, fresh_app_database, percentile, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 REGIME_SEEDS = {"standalone": 13, "prp": 13, "xgrpo": 12, "sgt": 12}
@@ -67,26 +66,6 @@ FILL_SQL = """
            1.7e9 + s.run_id * 100000 + 3.0 * t
     FROM experiments_metricseries AS s, generate_series(0, %(steps)s - 1) AS t
 """
-
-
-def start_server(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    """gunicorn (2 sync workers) once /healthz answers; like bench/ingest.py's, but a slow
-    first answer (workers still importing on a busy machine) is waited for, not fatal."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "webapp.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "2", "--timeout", "300", "--log-level", "warning"],
-        cwd=REPO, env=env,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).ok:
-                return server
-        except requests.RequestException:
-            pass
-        time.sleep(0.5)
-    server.kill()
-    sys.exit("gunicorn did not answer /healthz within 120 s")
 
 
 def setup(url: str) -> tuple[list[int], str]:

@@ -47,23 +47,7 @@ LLAMA_CONFIG = {
 # --- helpers shared with the view and registry tests -----------------------------------------
 def browser_data(composer: ExperimentComposer) -> dict[str, str]:
     """What the browser submits for ``composer``'s page as rendered (unchanged)."""
-    data: dict[str, str] = {}
-    forms_ = [
-        composer.form,
-        composer.resources,
-        *(section.form for section in composer.sections),
-        composer.pool.management_form,
-        *composer.pool.forms,
-    ]
-    for form in forms_:
-        for field in form:
-            value = field.value()
-            if field.widget_type == "checkbox":
-                if value:
-                    data[field.html_name] = "on"
-                continue
-            data[field.html_name] = "" if value is None else str(value)
-    return data
+    return composer.as_data().dict()
 
 
 def add_policy(data: dict[str, str], composer: ExperimentComposer, **values: Any) -> int:
