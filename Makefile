@@ -17,6 +17,7 @@ bench:  ## the benchmarks of bench/ (figures go into bench/RESULTS.md by hand)
 	PYTHONPATH=. DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mrl_bench} .venv/bin/python bench/ingest.py
 	PYTHONPATH=. DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mrl_bench} .venv/bin/python bench/vs_mlflow.py
 	PYTHONPATH=. .venv/bin/python bench/remix_efficiency.py
-	PYTHONPATH=. .venv-bench-trl/bin/python bench/vs_trl.py  # needs the bench venv: see its docstring
+	PYTHONPATH=. .venv/bin/python bench/vs_trl.py  # makes .venv-bench-trl on first use
 	PYTHONPATH=. DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mrl_bench} .venv/bin/python bench/submit_latency.py
 	PYTHONPATH=. DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mrl_bench} .venv/bin/python bench/compare.py
+	PYTHONPATH=. DATABASE_URL=$${BENCH_SCALE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mrl_bench_scale} .venv/bin/python bench/scale.py --reuse

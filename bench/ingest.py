@@ -59,14 +59,13 @@ def recreate_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def fresh_app_database(name: str, **extra_env: str) -> dict[str, str]:
-    """Recreate and migrate the bench database of ``DATABASE_URL``; return the
-    environment (also applied to this process) a bench app server and Django run with."""
-    url = database_url()
+def app_environment(name: str, **extra_env: str) -> dict[str, str]:
+    """The environment (also applied to this process) a bench app server and Django run
+    with, on the bench database of ``DATABASE_URL``."""
     work = Path(tempfile.mkdtemp(prefix=f"mrl-bench-{name}-"))
     env = {
         **os.environ,
-        "DATABASE_URL": url,
+        "DATABASE_URL": database_url(),
         "MRL_VAR_DIR": str(work),
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
         "DEBUG": "false",
@@ -75,7 +74,14 @@ def fresh_app_database(name: str, **extra_env: str) -> dict[str, str]:
         **extra_env,
     }
     os.environ.update(env)
-    recreate_database(url)
+    return env
+
+
+def fresh_app_database(name: str, **extra_env: str) -> dict[str, str]:
+    """Recreate and migrate the bench database of ``DATABASE_URL``; return
+    :func:`app_environment`."""
+    env = app_environment(name, **extra_env)
+    recreate_database(env["DATABASE_URL"])
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True)
     return env
 

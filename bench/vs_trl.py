@@ -1,13 +1,12 @@
 """Our GRPO step against TRL's GRPOTrainer: the same tiny policy, task, batch and settings.
 
-    python3 -m venv .venv-bench-trl
-    .venv-bench-trl/bin/pip install torch==2.13.0 transformers==5.23.0 tokenizers==0.23.3 \\
-        safetensors==0.8.0 numpy==2.4.6 math-verify==0.9.0 pyarrow==26.0.1 trl==1.16.0
-    PYTHONPATH=. .venv-bench-trl/bin/python bench/vs_trl.py [--steps 8] [--threads 2]
+    PYTHONPATH=. .venv/bin/python bench/vs_trl.py [--steps 8] [--threads 2]
 
 TRL (and the datasets/accelerate it pulls in) lives only in the git-ignored bench venv
-``.venv-bench-trl``, never in our requirements; both implementations run in that one
-venv and process, one after the other, with the same ``torch.set_num_threads``.
+``.venv-bench-trl``, never in our requirements: where TRL cannot be imported, the script
+makes that venv on first use (our pins from requirements.txt plus ``trl==1.16.0``) and
+runs itself again under it. Both implementations run in that one venv and process, one
+after the other, with the same ``torch.set_num_threads``.
 
 (a) Timing: ``tiny-gpt2-unigram`` from the zoo, arithmetic levels 1-3, 16 prompts x G=8,
 max_new_tokens 12, temperature 1.0, one optimizer step per batch; the same prompts at
@@ -34,9 +33,11 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from datetime import date
+from pathlib import Path
 
 import torch
 
@@ -46,6 +47,12 @@ from trainer.policy import LearnerBatch, Policy
 from trainer.tasks import get_reward, make_task
 from trainer.zoo import build_zoo, default_zoo_dir
 
+REPO = Path(__file__).resolve().parents[1]
+TRL_VENV = REPO / ".venv-bench-trl"
+TRL_VERSION = "1.16.0"
+# Ours, exactly as requirements.txt pins them, so both sides run on the same libraries.
+SHARED_PINS = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "math-verify",
+               "pyarrow")  # fmt: skip
 POLICY = "tiny-gpt2-unigram"
 PERTURB_STD = 0.02
 
@@ -349,6 +356,41 @@ def equivalence(model_dir, args, *, equal_length: bool, position_ids: bool = Fal
     }
 
 
+def pinned_requirements() -> list[str]:
+    """``name==version`` for the SHARED_PINS, read from requirements.txt and the
+    requirements files it includes."""
+    pins: dict[str, str] = {}
+    for path in REPO.glob("requirements*.txt"):
+        for line in path.read_text().splitlines():
+            name, sep, version = line.split("#")[0].strip().partition("==")
+            if sep:
+                pins[name.lower()] = f"{name}=={version.split(';')[0].strip()}"
+    return [pins[name] for name in SHARED_PINS]
+
+
+def run_under_trl_venv() -> None:
+    """Return if TRL imports here; otherwise make ``.venv-bench-trl`` (once) and run this
+    script again under it, with the same arguments."""
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        return
+    python = TRL_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import trl, torch; print(trl.__version__)"]
+    found = subprocess.run(probe, capture_output=True, text=True) if python.exists() else None
+    if found is None or found.returncode != 0 or found.stdout.strip() != TRL_VERSION:
+        print(f"creating {TRL_VENV} with trl=={TRL_VERSION} (once, a few minutes)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(TRL_VENV)], check=True)
+        install = [*pinned_requirements(), f"trl=={TRL_VERSION}"]
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *install], check=True)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )
+    os.execv(python, [str(python), __file__, *sys.argv[1:]])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompts", type=int, default=16)
@@ -360,6 +402,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip-timing", action="store_true")
     args = parser.parse_args()
+    run_under_trl_venv()
 
     import transformers
     import trl

@@ -148,7 +148,14 @@
       params.set("max_points", String(MAX_POINTS));
       return params;
     };
-    if (full.length) batches.push(getJSON(config.urls.series, wanted(full)).then((r) => apply(r.series, true)));
+    // One request per metric: each chart fills as soon as its own points arrive, and no
+    // single request carries a whole run (100 series x 1,000 steps is 100k points).
+    const fullByKey = new Map();
+    for (const s of full) {
+      if (!fullByKey.has(s.key)) fullByKey.set(s.key, []);
+      fullByKey.get(s.key).push(s);
+    }
+    for (const list of fullByKey.values()) batches.push(getJSON(config.urls.series, wanted(list)).then((r) => apply(r.series, true)));
     for (const [afterStep, list] of incremental) {
       const params = wanted(list);
       params.set("after_step", String(afterStep));

@@ -32,6 +32,18 @@ def encode_value(value: float | None) -> float | str | None:
     return value
 
 
+def encode_points(points: list[tuple[int, float]]) -> list[Any]:
+    """``[(step, value), ...]`` for JSON, values as :func:`encode_value` writes them.
+
+    In the common case, every value finite, the points go out as they are (json writes
+    tuples as arrays) after one C-level ``sum`` over the values; NaN or an infinity makes
+    the sum non-finite and sends the points the slow way. (A finite sum that overflows to
+    infinity takes the slow way too, with the same result.)"""
+    if points and math.isfinite(sum(list(zip(*points, strict=True))[1])):
+        return points
+    return [[step, encode_value(value)] for step, value in points]
+
+
 def json_reply(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
     """``data`` as strict JSON (a stray NaN is a bug here, not a bare ``NaN`` literal)."""
     body = json.dumps(data, allow_nan=False, separators=(",", ":"), ensure_ascii=False)

@@ -26,6 +26,7 @@ from webapp.api.http import (
     allow_methods,
     bearer_token,
     choice_param,
+    encode_points,
     encode_value,
     int_param,
     json_error,
@@ -134,7 +135,7 @@ def _series_json(policy: str, key: str, points: selectors.SeriesPoints) -> dict[
         "key": key,
         "n_points": points.n_points,
         "downsampled": points.downsampled,
-        "points": [[step, encode_value(value)] for step, value in points.points],
+        "points": encode_points(points.points),
     }
 
 

@@ -1,0 +1,351 @@
+"""The dashboard at lab scale: 500 runs, 20 users, 50 million metric points.
+
+    PYTHONPATH=. DATABASE_URL=postgres://postgres@127.0.0.1:5432/mrl_bench_scale \\
+        .venv/bin/python bench/scale.py [--reps 20] [--reuse]
+
+Drops and recreates the database named in ``DATABASE_URL`` (its name must contain
+"bench"), migrates it and builds a lab through the real services: 20 users in one lab
+(so every list shows all 500 runs), 100 experiments of a 4-policy pool (the four
+regimes in turn, a quarter with ReMix), 5 seeds each = 500 runs, most completed, some
+running, failed or cancelled, with tags. Then, directly in SQL, each run gets 100 series
+(4 policies and ``_pool`` x 20 metric keys) of 1,000 steps = 100,000 points, written in
+the order ingestion writes them (step by step, every series of the run at each step;
+runs one after another), and the sharing runs get 2 transfer events per step. In all
+50,000,000 points; ``VACUUM ANALYZE`` afterwards, as autovacuum would.
+
+``--reuse`` keeps a database that an earlier run of this script filled (checked by its
+point count; migrations newer than it are applied) and only measures: the fill takes
+12-25 minutes on 2 cores.
+
+Measured over HTTP through gunicorn (2 sync workers; the figure is the client's wall
+time on loopback, so server time plus well under a millisecond), ``--reps`` requests per
+page after one warm-up, each on a different random run or page where the page takes one:
+
+- the dashboard, the experiment list and the run list (first page, a deep page, sorted,
+  filtered);
+- the run page: its HTML, and the requests its script makes on load (keys, every series
+  downsampled to 2,000 points, the 5-s incremental poll, status, transfer log and matrix);
+- a 50-run comparison: the compare page and its data request (the page's default of 2
+  metrics, and 8 metrics), and the summary table.
+
+Also: database size, total and per million points. Prints markdown for bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ingest import database_url, free_port, fresh_app_database, percentile, start_server
+
+REPO = Path(__file__).resolve().parents[1]
+USERS = 20
+EXPERIMENTS = 100
+SEEDS = 5
+POLICIES = ("llama", "qwen", "gpt2", "phi")
+REGIMES = ("standalone", "prp", "xgrpo", "sgt")
+STEPS = 1000
+KEYS = (
+    "val/reward@1",
+    "train/reward_mean",
+    "train/reward_std",
+    "train/accuracy",
+    "actor/entropy",
+    "actor/kl_loss",
+    "actor/kl_coef",
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/clip_frac",
+    "response/length_mean",
+    "response/length_max",
+    "response/self_reflection_rate",
+    "perf/rollouts_total",
+    "perf/response_tokens_total",
+    "perf/step_seconds",
+    "transfer/in",
+    "transfer/out",
+    "train/advantage_mean",
+    "train/solved_frac",
+)
+SERIES_PER_RUN = (len(POLICIES) + 1) * len(KEYS)
+POINTS = EXPERIMENTS * SEEDS * SERIES_PER_RUN * STEPS
+
+# One run's points in ingestion order: at each step, every series of the run.
+FILL_RUN_SQL = """
+    INSERT INTO experiments_metricpoint (series_id, step, value, wall_time)
+    SELECT s.id, t,
+           CASE s.key
+               WHEN 'perf/rollouts_total' THEN 256.0 * t
+               WHEN 'perf/response_tokens_total' THEN 256.0 * t * (90 + s.run_id %% 7)
+               WHEN 'actor/kl_coef' THEN 0.001
+               ELSE 0.3 + 0.4 * (1 - exp(-t / (300.0 + 20 * (s.run_id %% 5))))
+                    + 0.03 * sin(t / 17.0 + s.id) + 0.02 * (random() - 0.5)
+           END,
+           1.7e9 + s.run_id * 100000 + 3.0 * t
+    FROM generate_series(1, %(steps)s) AS t, experiments_metricseries AS s
+    WHERE s.run_id = %(run)s
+    ORDER BY t, s.id
+"""
+
+# Two events per step for runs of a sharing regime: a rollout handed on, a success.
+FILL_EVENTS_SQL = """
+    INSERT INTO experiments_transferevent
+        (run_id, step, source, target, kind, prompt_id, count, weight)
+    SELECT r.id, t, (%(policies)s::text[])[1 + t %% 4], (%(policies)s::text[])[1 + (t + 1) %% 4],
+           e.kind, 'p' || (t * 7 %% 512), 1 + t %% 3, NULL
+    FROM experiments_run AS r, generate_series(1, %(steps)s) AS t,
+         unnest(ARRAY['rollout', 'success']) AS e(kind)
+    WHERE r.regime <> 'standalone'
+"""
+
+
+def build_lab() -> list[int]:
+    """Users, experiments and runs through the services; run ids."""
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+
+    from webapp.experiments import services
+    from webapp.experiments.models import Run, Tag
+
+    users = []
+    for index in range(USERS):
+        user = User.objects.create_user(f"user{index:02d}", password="bench-password")
+        lab = services.lab_join(user)
+        users.append(user)
+    tags = [Tag.objects.create(lab=lab, name=name) for name in ("baseline", "paper", "ablation")]
+    run_ids: list[int] = []
+    for index in range(EXPERIMENTS):
+        regime = REGIMES[index % len(REGIMES)]
+        config: dict[str, Any] = {
+            "name": f"{regime}-pool{index:03d}",
+            "regime": regime,
+            "pool": [{"name": p, "model": "zoo:tiny-llama-char"} for p in POLICIES],
+            "steps": STEPS,
+        }
+        if index % 4 == 1:
+            config["off_policy"] = "remix"
+        experiment = services.experiment_create(
+            owner=users[index % USERS],
+            config=config,
+            seeds=list(range(SEEDS)),
+            description=f"lab-scale experiment {index}",
+        )
+        for run in services.runs_create(experiment):
+            run_ids.append(run.pk)
+            if run.pk % 7 == 0:
+                run.tags.add(tags[run.pk % len(tags)])
+    # States as a lab would have them: most runs done, a few live or broken.
+    states = {0: "running", 1: "failed", 2: "cancelled"}
+    for run_id in run_ids:
+        state = states.get(run_id % 25, "completed")
+        Run.objects.filter(pk=run_id).update(
+            state=state,
+            backend="slurm",
+            slurm_job_id=str(100000 + run_id),
+            node="gpu-node-01",
+            last_step=STEPS,
+            status_message=f"step {STEPS}/{STEPS}",
+        )
+    return run_ids
+
+
+def fill(url: str, run_ids: list[int]) -> None:
+    """Series, points (run by run, in ingestion order) and transfer events, in SQL."""
+    started = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")
+        conn.execute(
+            "INSERT INTO experiments_metricseries (run_id, policy, key) "
+            "SELECT r, p, k FROM unnest(%s::bigint[]) AS r, unnest(%s::text[]) AS p, "
+            "unnest(%s::text[]) AS k ORDER BY r, p, k",
+            [run_ids, [*POLICIES, "_pool"], list(KEYS)],
+        )
+        conn.execute("SELECT setseed(0.42)")
+        for done, run_id in enumerate(run_ids, 1):
+            conn.execute(FILL_RUN_SQL, {"steps": STEPS, "run": run_id})
+            if done % 50 == 0:
+                elapsed = time.perf_counter() - started
+                eta = elapsed / done * (len(run_ids) - done)
+                print(f"  {done}/{len(run_ids)} runs filled, {elapsed:.0f} s, ~{eta:.0f} s left",
+                      flush=True)  # fmt: skip
+        conn.execute(FILL_EVENTS_SQL, {"steps": STEPS, "policies": list(POLICIES)})
+        print(f"filled in {time.perf_counter() - started:.0f} s; vacuum analyze", flush=True)
+        for table in ("metricpoint", "metricseries", "transferevent", "run"):
+            conn.execute(f"VACUUM ANALYZE experiments_{table}")
+    print(f"ready after {time.perf_counter() - started:.0f} s", flush=True)
+
+
+def point_count(url: str) -> int:
+    try:
+        with psycopg.connect(url) as conn:
+            return conn.execute("SELECT count(*) FROM experiments_metricpoint").fetchone()[0]
+    except psycopg.Error:
+        return 0
+
+
+def sizes(url: str) -> dict[str, int]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT pg_database_size(current_database()), "
+            "pg_table_size('experiments_metricpoint'), "
+            "pg_indexes_size('experiments_metricpoint'), "
+            "pg_total_relation_size('experiments_transferevent'), "
+            "(SELECT count(*) FROM experiments_transferevent)"
+        ).fetchone()
+    names = ("database", "points_heap", "points_index", "events", "n_events")
+    return dict(zip(names, row, strict=True))
+
+
+def session_for(username: str) -> str:
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    return client.cookies["sessionid"].value
+
+
+Params = dict[str, Any]
+
+
+def timed(
+    session: requests.Session, base: str, make: Callable[[], tuple[str, Params]], reps: int
+) -> tuple[list[float], int]:
+    """Request times (one warm-up first) and the warm-up reply's size in bytes."""
+    path, params = make()
+    warm_up = session.get(base + path, params=params, timeout=120)
+    warm_up.raise_for_status()
+    times = []
+    for _ in range(reps):
+        path, params = make()
+        started = time.perf_counter()
+        response = session.get(base + path, params=params, timeout=120)
+        elapsed = time.perf_counter() - started
+        response.raise_for_status()
+        times.append(elapsed)
+    return times, len(warm_up.content)
+
+
+def cases(
+    run_ids: list[int], sharing_run_ids: list[int], experiment_ids: list[int]
+) -> list[tuple[str, Callable]]:
+    """(label, () -> (path, params)) for every page and request measured; the transfer
+    requests go to runs of a sharing regime (standalone runs have no events)."""
+    rng = random.Random(7)
+    one = lambda: rng.choice(run_ids)  # noqa: E731 - a tiny local helper
+    sharing = lambda: rng.choice(sharing_run_ids)  # noqa: E731
+    all_keys = {"max_points": "2000"}
+    fifty = lambda: ",".join(map(str, rng.sample(run_ids, 50)))  # noqa: E731
+    compare_query = {"group_by": "regime", "x": "step", "smooth": "0.6"}
+    return [
+        ("dashboard", lambda: ("/", {})),
+        ("experiment list, page 1", lambda: ("/experiments/", {})),
+        ("experiment list, deep page", lambda: ("/experiments/", {"page": rng.randint(2, 4)})),
+        ("run list, page 1", lambda: ("/runs/", {})),
+        ("run list, deep page", lambda: ("/runs/", {"page": rng.randint(5, 10)})),
+        ("run list, sorted by state", lambda: ("/runs/", {"sort": "state"})),
+        ("run list, filtered (regime=sgt, state=completed)",
+         lambda: ("/runs/", {"regime": "sgt", "state": "completed"})),
+        ("experiment page", lambda: (f"/experiments/{rng.choice(experiment_ids)}/", {})),
+        ("run page (HTML)", lambda: (f"/runs/{one()}/", {})),
+        ("run page: keys (100 series)", lambda: (f"/api/v1/runs/{one()}/keys", {})),
+        ("run page: every series, <=2,000 points each (100k points)",
+         lambda: (f"/api/v1/runs/{one()}/series", all_keys)),
+        ("run page: one metric, 5 policies",
+         lambda: (f"/api/v1/runs/{one()}/series", {"key": "val/reward@1", **all_keys})),
+        ("run page: 5-s poll (after_step, every series)",
+         lambda: (f"/api/v1/runs/{one()}/series", {"after_step": STEPS - 2, **all_keys})),
+        ("run page: status", lambda: (f"/api/v1/runs/{one()}/status", {})),
+        ("run page: transfer log (50 rows)",
+         lambda: (f"/api/v1/runs/{sharing()}/events", {"limit": 50})),
+        ("run page: transfer matrix", lambda: (f"/api/v1/runs/{sharing()}/events/summary", {})),
+        ("compare page (HTML), 50 runs", lambda: ("/compare/", {"runs": fifty()})),
+        ("compare data, 50 runs, 2 metrics (page default)",
+         lambda: ("/api/v1/compare", {"runs": fifty(), **compare_query,
+                                      "metric": ["val/reward@1", "train/reward_mean"]})),
+        ("compare data, 50 runs, 8 metrics",
+         lambda: ("/api/v1/compare", {"runs": fifty(), **compare_query, "metric": list(KEYS[:8])})),
+        ("compare summary, 50 runs",
+         lambda: ("/api/v1/compare/summary", {"runs": fifty(), "group_by": "regime",
+                                       "metric": "val/reward@1"})),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=20, help="requests per page after a warm-up")
+    parser.add_argument("--reuse", action="store_true", help="keep a database already filled")
+    args = parser.parse_args()
+
+    url = database_url()
+    if args.reuse and point_count(url) == POINTS:
+        from bench.ingest import app_environment
+
+        env = app_environment("scale")
+        # A database filled by an older version gets the newer migrations (indexes).
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True
+        )
+        import django
+
+        django.setup()
+        print(f"reusing {POINTS:,} points", flush=True)
+    else:
+        env = fresh_app_database("scale")
+        fill(url, build_lab())
+    from webapp.experiments.models import Experiment, Run
+
+    run_ids = list(Run.objects.values_list("pk", flat=True))
+    sharing_run_ids = list(Run.objects.exclude(regime="standalone").values_list("pk", flat=True))
+    experiment_ids = list(Experiment.objects.values_list("pk", flat=True))
+    db = sizes(url)
+
+    port = free_port()
+    server = start_server(env, port)
+    rows = []
+    try:
+        session = requests.Session()
+        session.cookies.set("sessionid", session_for("user00"))
+        base = f"http://127.0.0.1:{port}"
+        for label, make in cases(run_ids, sharing_run_ids, experiment_ids):
+            times, size = timed(session, base, make, args.reps)
+            p50, p95 = percentile(times, 0.5) * 1000, percentile(times, 0.95) * 1000
+            rows.append((label, p50, p95, size))
+            print(f"{label}: p50 {p50:,.0f} ms, p95 {p95:,.0f} ms, {size / 1e3:,.0f} kB",
+                  flush=True)  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait()
+
+    points = point_count(url)
+    print(f"\n{len(run_ids)} runs, {USERS} users, {points:,} points, "
+          f"{db['n_events']:,} transfer events; {args.reps} requests per row\n")  # fmt: skip
+    print("| page / request | p50 ms | p95 ms | reply |")
+    print("| --- | ---: | ---: | ---: |")
+    for label, p50, p95, size in rows:
+        mark = "" if p95 < 300 else " **>300**"
+        print(f"| {label} | {p50:,.0f} | {p95:,.0f}{mark} | {size / 1e3:,.0f} kB |")
+    per_million = (db["points_heap"] + db["points_index"]) / (points / 1e6)
+    print(
+        f"\nDatabase {db['database'] / 2**30:.2f} GiB; points table "
+        f"{db['points_heap'] / 2**30:.2f} GiB + index {db['points_index'] / 2**30:.2f} GiB "
+        f"= {per_million / 2**20:.1f} MiB per million points; transfer events "
+        f"{db['events'] / 2**20:.0f} MiB"
+    )
+
+
+if __name__ == "__main__":
+    main()
