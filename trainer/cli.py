@@ -8,6 +8,10 @@
 
 The run token may also come from the environment (``MRL_INGEST_TOKEN``), which keeps it
 out of process listings.
+
+Exit status of ``run``: 0 done; 2 a problem to fix before the run can start;
+:data:`EXIT_UNSHIPPED` trained, but the web app did not take the whole spool (it was
+down for ``--ship-timeout`` seconds at the end); a resume or ``ship`` sends the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import time
 from pathlib import Path
 
 from trainer.config import ConfigError, RunConfig
+
+EXIT_UNSHIPPED = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--ingest-url", help="the web app's ingest endpoint for this run")
     run.add_argument("--token", help="the run token (default: $MRL_INGEST_TOKEN)")
     run.add_argument("--zoo-dir", type=Path, help="tiny zoo directory (default: $MRL_ZOO_DIR)")
+    run.add_argument(
+        "--ship-timeout",
+        type=float,
+        default=600.0,
+        help="seconds the end of the run waits for the web app to take its metrics",
+    )
 
     zoo = commands.add_parser("zoo", help="the tiny model zoo")
     zoo_commands = zoo.add_subparsers(dest="zoo_command", required=True)
@@ -88,6 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         launch,
         prepare_run_dir,
         resolve_models,
+        spool_unshipped,
     )
     from trainer.zoo import default_zoo_dir
 
@@ -95,6 +108,8 @@ def _run(args: argparse.Namespace) -> int:
     steps = config.steps if args.steps is None else args.steps
     if steps < 1:
         raise UserFacingError(f"--steps must be >= 1; got {steps}")
+    if args.ship_timeout < 0:
+        raise UserFacingError(f"--ship-timeout must be >= 0; got {args.ship_timeout:g}")
     token = args.token or os.environ.get("MRL_INGEST_TOKEN")
     try:
         model_dirs = resolve_models(config, args.zoo_dir or default_zoo_dir())
@@ -109,12 +124,22 @@ def _run(args: argparse.Namespace) -> int:
             model_dirs=model_dirs,
             ingest_url=args.ingest_url,
             token=token,
+            final_ship_timeout_s=args.ship_timeout,
         )
         if args.ingest_url and not token:
             raise RunSetupError("--ingest-url needs a run token (--token or MRL_INGEST_TOKEN)")
         launch(options)
     except RunSetupError as exc:
         raise UserFacingError(str(exc)) from exc
+    if (env_rank is None or env_rank[0] == 0) and spool_unshipped(options):
+        # Not a success: the run page would show a complete run with a cut-off curve.
+        print(
+            f"error: the web app did not take every metric of {args.run_dir}; they are kept "
+            "in its spool: resubmitting the run sends them (it resumes from its last "
+            "checkpoint), or `python -m trainer ship`",
+            file=sys.stderr,
+        )
+        return EXIT_UNSHIPPED
     return 0
 
 

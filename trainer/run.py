@@ -71,6 +71,11 @@ class RunOptions:
     ingest_url: str | None = None
     token: str | None = None
     ship_timeout_s: float = 60.0
+    """How long a stopped run (checkpoint and requeue) ships before it exits; the
+    requeued job ships the rest."""
+    final_ship_timeout_s: float = 600.0
+    """How long the end of a run waits for the web app to take the rest of the spool: no
+    later job will ship it, so a restart or deploy of the app must be waited out."""
 
 
 def resolve_models(config: RunConfig, zoo_dir: Path | None) -> dict[str, tuple[Path, Path]]:
@@ -299,8 +304,8 @@ def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
         raise
     if shipper is not None:
         shipper.set_status("completed", f"step {options.steps}/{options.steps}")
-        if not shipper.stop(timeout=options.ship_timeout_s):
-            log.warning("not every metric was shipped; `python -m trainer ship` sends the rest")
+        if not shipper.stop(timeout=options.final_ship_timeout_s):
+            log.warning("not every metric was shipped within %g s", options.final_ship_timeout_s)
 
 
 def _step(
@@ -434,6 +439,13 @@ def _load_worker(directory: Path, policy: Policy, remix: ReMix | None) -> Consum
         if remix.reincarnated:
             load_weights(directory / REFERENCE_FILE, policy.reference)
     return Consumption.from_dict(state["consumption"])
+
+
+def spool_unshipped(options: RunOptions) -> bool:
+    """Whether spooled lines still wait for the web app (from the ship cursor; no request)."""
+    if not options.ingest_url:
+        return False
+    return Shipper(options.run_dir, options.ingest_url, options.token or "").pending()
 
 
 def _start_shipper(options: RunOptions) -> Shipper | None:
