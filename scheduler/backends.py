@@ -49,6 +49,8 @@ class JobStatus:
     exit_code: int | None = None
     node: str = ""
     reason: str = ""
+    timed_out: bool = False
+    """Killed at its time limit (the sync resubmits it to resume from its checkpoint)."""
 
 
 class Backend(Protocol):
@@ -141,7 +143,8 @@ def slurm_job_status(job: slurm.SlurmJob) -> JobStatus:
             reason += f" (exit code {job.exit_code})"
         if job.signal:
             reason += f" (signal {job.signal})"
-        return JobStatus("failed", job.exit_code, job.node, reason)
+        timed_out = job.state == "TIMEOUT"
+        return JobStatus("failed", job.exit_code, job.node, reason, timed_out=timed_out)
     state = SLURM_STATE_MAP.get(job.state, "pending")
     if state == "completed" and job.exit_code not in (0, None):
         return JobStatus("failed", job.exit_code, job.node, f"exit code {job.exit_code}")

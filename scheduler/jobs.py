@@ -23,6 +23,9 @@ CUDA_DEVICES = re.compile(r"^(\d{1,2}(,\d{1,2})*)?$")
 # Seconds before the time limit at which Slurm signals the batch shell (USR1): the
 # trainer checkpoints at the end of its step and the script requeues the job.
 SIGNAL_LEAD_S = 120
+# Slurm handles timers every 30 s or so: "the signal may be sent up to 60 seconds earlier
+# than specified" (sbatch(1), --signal).
+SIGNAL_SLACK_S = 60
 
 
 class JobSpecError(ValueError):
@@ -114,6 +117,29 @@ def _match(pattern: re.Pattern[str], value: str, field_name: str, expected: str)
         raise JobSpecError(field_name, f"{value!r} is not allowed; expected {expected}")
 
 
+def time_limit_seconds(time_limit: str) -> int:
+    """``[D-]HH:MM:SS`` (the pattern :class:`JobSpec` checks) in seconds."""
+    days, _, clock = time_limit.rpartition("-")
+    hours, minutes, seconds = (int(part) for part in clock.split(":"))
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def signal_lead_seconds(time_limit: str) -> int | None:
+    """How long before ``time_limit`` Slurm should send USR1 (checkpoint and requeue), or
+    None for no signal.
+
+    :data:`SIGNAL_LEAD_S`, but at most half the limit: a lead as long as the limit makes
+    Slurm signal the job as soon as it starts, so every requeued attempt would stop at
+    once. Limits of two minutes or less get no signal: the signal may come up to a minute
+    early, i.e. at the start, and a requeue is held two minutes by Slurm; such a job runs
+    to its limit and the status sync resubmits it, resuming from its last checkpoint.
+    """
+    limit = time_limit_seconds(time_limit)
+    if limit <= 2 * SIGNAL_SLACK_S:
+        return None
+    return min(SIGNAL_LEAD_S, limit // 2)
+
+
 def render_script(spec: JobSpec, *, slurm: bool) -> str:
     """The bash script that runs the trainer for ``spec`` (a Slurm batch script if ``slurm``).
 
@@ -135,8 +161,10 @@ def render_script(spec: JobSpec, *, slurm: bool) -> str:
             f"#SBATCH --mem={spec.mem_gb}G",
             f"#SBATCH --time={q(spec.time_limit)}",
             "#SBATCH --requeue",
-            f"#SBATCH --signal=B:USR1@{SIGNAL_LEAD_S}",
         ]
+        lead = signal_lead_seconds(spec.time_limit)
+        if lead is not None:
+            lines.append(f"#SBATCH --signal=B:USR1@{lead}")
         if spec.gpus_per_node:
             lines.append(f"#SBATCH --gres=gpu:{spec.gpus_per_node}")
         for option in ("partition", "account", "qos"):

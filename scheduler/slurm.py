@@ -94,6 +94,12 @@ def parse_squeue_json(text: str) -> dict[str, SlurmJob]:
         payload = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SlurmError(f"squeue --json printed invalid JSON: {exc}") from exc
+    errors = payload.get("errors") or []
+    if errors:
+        # With slurmctld down, squeue --json exits 0 with an empty job list and the failure
+        # only here: read as "no jobs", every active run would look forgotten and fail.
+        described = "; ".join(_describe(error) for error in errors)
+        raise SlurmError(f"squeue could not list the jobs: {described}", transient=True)
     jobs: dict[str, SlurmJob] = {}
     for raw in payload.get("jobs", []):
         state = _as_state(raw.get("job_state"))
@@ -110,6 +116,14 @@ def parse_squeue_json(text: str) -> dict[str, SlurmJob]:
             signal=signal,
         )
     return jobs
+
+
+def _describe(error: object) -> str:
+    """One entry of squeue's ``errors`` list as text ("source: description")."""
+    if not isinstance(error, dict):
+        return str(error)
+    parts = [str(error.get(key) or "") for key in ("source", "description", "error")]
+    return ": ".join(part for part in parts if part) or "unknown error"
 
 
 def _run(argv: Sequence[str], *, timeout: float) -> str:

@@ -58,6 +58,7 @@ def run_submit(self: Task, run_id: int) -> str:
 def runs_sync() -> dict[str, int]:
     """Beat: move every active run to its job's state; re-send lost submissions."""
     service.resend_stale_queued()
+    service.resend_stale_submissions()
     try:
         return service.sync()
     except BackendError as exc:  # the next tick tries again

@@ -13,7 +13,8 @@ The variables, grouped by integration:
 - Celery: ``CELERY_BROKER_URL`` (``redis://...``; default ``filesystem://``),
   ``CELERY_RESULT_BACKEND`` (default: results are not stored).
 - Runs: ``MRL_RUN_ROOT`` (where run directories live), ``MRL_EXECUTOR`` (``local`` or
-  ``slurm``).
+  ``slurm``); recovery: ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
+  ``MRL_FORGOTTEN_GRACE_SECONDS``, ``MRL_TIME_LIMIT_RESUMES``.
 - Slurm defaults for submitted jobs: ``SLURM_PARTITION``, ``SLURM_ACCOUNT``,
   ``SLURM_QOS``, ``SLURM_TIME_LIMIT``, ``SLURM_GPUS_PER_NODE``.
 """
@@ -125,6 +126,10 @@ DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'demo.sqlite3'}"),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+# A kept connection may have died with a database restart; without this check the first
+# request of each app process after the restart fails with a 500 (one ``SELECT 1`` per
+# request instead).
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DATABASE_CONN_HEALTH_CHECKS", True)
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The demo's web server, worker and ingestion write concurrently: WAL lets readers
     # proceed, IMMEDIATE transactions queue writers instead of failing them.
@@ -234,6 +239,21 @@ JOB_PYTHON = env.str("MRL_JOB_PYTHON", default=sys.executable)
 JOB_WORKDIR = Path(env.str("MRL_JOB_WORKDIR", default=str(BASE_DIR)))
 INGEST_BASE_URL = env.str("MRL_INGEST_BASE_URL", default="http://127.0.0.1:8000")
 ZOO_DIR = env.str("MRL_ZOO_DIR", default="")
+
+# --- recovery (scheduler/service.py; beat's runs_sync applies them) -------------------
+# A queued run nobody claimed (its message lost with the broker) is sent again after
+# MRL_STALE_QUEUED_SECONDS. A claimed run whose job id was never saved (the worker died
+# during sbatch; its message comes back only after the broker's visibility timeout) is
+# sent again MRL_STALE_SUBMIT_SECONDS after its last attempt: keep that above the longest
+# retry backoff (120 s) plus an sbatch timeout (30 s), or a retry still waiting gets a
+# second chain of retries beside it (never a second job: attempts hold the run's lock). A
+# job the backend no longer reports is ended by its exit-code file only
+# MRL_FORGOTTEN_GRACE_SECONDS after submission. A job killed at its time limit is
+# resubmitted, resuming from its checkpoint, at most MRL_TIME_LIMIT_RESUMES times.
+SCHEDULER_STALE_QUEUED_SECONDS = env.float("MRL_STALE_QUEUED_SECONDS", default=60.0)
+SCHEDULER_STALE_SUBMIT_SECONDS = env.float("MRL_STALE_SUBMIT_SECONDS", default=300.0)
+SCHEDULER_FORGOTTEN_GRACE_SECONDS = env.float("MRL_FORGOTTEN_GRACE_SECONDS", default=60.0)
+SCHEDULER_TIME_LIMIT_RESUMES = env.int("MRL_TIME_LIMIT_RESUMES", default=3)
 
 # --- slurm defaults (per-experiment forms may override) ------------------------------
 SLURM_PARTITION = env.str("SLURM_PARTITION", default="")
