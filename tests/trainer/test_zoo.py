@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -16,7 +17,7 @@ from trainer.models import ModelSourceError
 from trainer.tasks.arithmetic import ArithmeticTask
 from trainer.zoo import ZOO_IDS, build_zoo, default_zoo_dir, resolve_model_source, zoo_model_dir
 from trainer.zoo import build as zoo_build
-from trainer.zoo.sft import dropped_carry, greedy_accuracy, greedy_completions
+from trainer.zoo.sft import dropped_carry, greedy_accuracy, greedy_completions, train_sft
 from trainer.zoo.tokenizers import (
     CHAT_STYLES,
     build_corpus,
@@ -171,7 +172,9 @@ def test_the_manifest_records_the_build(zoo_dir: Path, zoo_id: str) -> None:
     assert recorded["id"] == zoo_id
     assert recorded["seed"] == 0
     assert recorded["build_version"] == zoo_build.BUILD_VERSION
-    assert recorded["sft_steps"] == zoo_build.RECIPES[zoo_id].sft.steps
+    # The recipe's steps, plus whole checks of 100 where the CPU left it below the floor.
+    extra = recorded["sft_steps"] - zoo_build.RECIPES[zoo_id].sft.steps
+    assert 0 <= extra <= zoo_build.SFT_MAX_EXTRA_STEPS and extra % 100 == 0
     assert recorded["family"] == zoo_build.RECIPES[zoo_id].family
 
 
@@ -320,3 +323,19 @@ def test_the_default_zoo_dir_honours_mrl_zoo_dir(
     monkeypatch.delenv("MRL_ZOO_DIR")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert default_zoo_dir() == tmp_path / ".cache" / "mutual-rl-lab" / "zoo"
+
+
+def test_sft_goes_on_in_checks_until_done_or_the_cap() -> None:
+    recipe = zoo_build.RECIPES["tiny-gpt2-unigram"]
+    tokenizer = zoo_build.make_tokenizer(recipe, seed=0)
+    config = dataclasses.replace(recipe.sft, steps=2, batch_size=4)
+    answers = iter([False, False, True])
+    model = zoo_build.build_model(recipe.family, tokenizer, recipe.size, 0)
+    losses = train_sft(model, tokenizer, config, 0, done=lambda: next(answers),
+                       check_every=3, max_extra_steps=100)  # fmt: skip
+    assert len(losses) == 2 + 3 + 3  # two checks said "not yet", the third "done"
+    model = zoo_build.build_model(recipe.family, tokenizer, recipe.size, 0)
+    capped = train_sft(model, tokenizer, config, 0, done=lambda: False, check_every=3,
+                       max_extra_steps=4)  # fmt: skip
+    assert len(capped) == 2 + 4  # never done: stops at the cap, the last check cut short
+    assert not model.training

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -174,11 +174,21 @@ def train_sft(
     tokenizer: PreTrainedTokenizerBase,
     config: SFTConfig,
     seed: int,
+    *,
+    done: Callable[[], bool] | None = None,
+    check_every: int = 100,
+    max_extra_steps: int = 0,
 ) -> list[float]:
-    """Teacher-force ``model`` on arithmetic for ``config.steps`` steps; return the losses.
+    """Teacher-force ``model`` on arithmetic for ``config.steps`` steps; return the losses
+    (one per step taken).
 
-    Deterministic given ``seed``: the data pool, batch order and dropout-free updates are
-    all derived from it.
+    With ``done``, training then goes on ``check_every`` steps at a time (at the schedule's
+    final learning rate) while ``done()`` is false, for at most ``max_extra_steps`` more.
+
+    Deterministic given ``seed`` on one kind of CPU: the data pool, batch order and
+    dropout-free updates are all derived from it (another CPU's float kernels may round
+    differently, and 700 steps later land elsewhere: ``done`` is how a build reaches the
+    same kind of result everywhere).
     """
     examples = encode_examples(tokenizer, sft_problems(config, seed, held_out_expressions(seed)))
     optimizer = torch.optim.AdamW(
@@ -188,19 +198,25 @@ def train_sft(
         optimizer, lambda step: _lr_factor(step, config.warmup_steps, config.steps)
     )
     order = torch.Generator().manual_seed(seed)
-    model.train()
     losses: list[float] = []
-    for _ in range(config.steps):
-        indices = torch.randint(len(examples), (config.batch_size,), generator=order)
-        batch = collate([examples[i] for i in indices.tolist()], tokenizer.pad_token_id)
-        loss = completion_loss(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-    model.eval()
+
+    def train(steps: int) -> None:
+        model.train()
+        for _ in range(steps):
+            indices = torch.randint(len(examples), (config.batch_size,), generator=order)
+            batch = collate([examples[i] for i in indices.tolist()], tokenizer.pad_token_id)
+            loss = completion_loss(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+        model.eval()
+
+    train(config.steps)
+    while done is not None and len(losses) < config.steps + max_extra_steps and not done():
+        train(min(check_every, config.steps + max_extra_steps - len(losses)))
     return losses
 
 
