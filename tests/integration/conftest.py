@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,20 +102,35 @@ def scheduler_world(
 
     # pytest's tmp dirs hold no characters the job-path pattern refuses.
     run_root = tmp_path_factory.mktemp("runs")
-    env = {
-        "MRL_INGEST_BASE_URL": live_server.url,
+    env = job_environment(live_server.url, run_root, zoo_dir)
+    with run_settings(run_root, zoo_dir):
+        worker = start_celery_worker(tmp_path_factory, extra_env=env)
+        default_queue = app.conf.task_default_queue
+        app.conf.task_default_queue = worker.queue
+        yield SchedulerWorld(worker=worker, run_root=run_root, live_url=live_server.url)
+        app.conf.task_default_queue = default_queue
+        stop_celery_worker(worker)
+
+
+def job_environment(live_url: str, run_root: Path, zoo_dir: Path) -> dict[str, str]:
+    """What a worker needs so that its jobs run this checkout's trainer on the test zoo
+    and report to the live server."""
+    return {
+        "MRL_INGEST_BASE_URL": live_url,
         "MRL_RUN_ROOT": str(run_root),
         "MRL_ZOO_DIR": str(zoo_dir),
         "MRL_JOB_PYTHON": sys.executable,
         "MRL_JOB_WORKDIR": str(REPO),
     }
+
+
+@contextmanager
+def run_settings(run_root: Path, zoo_dir: Path) -> Iterator[None]:
+    """This process's RUN_ROOT and ZOO_DIR as the worker's, restored afterwards."""
     previous = {name: getattr(settings, name) for name in ("RUN_ROOT", "ZOO_DIR")}
     settings.RUN_ROOT, settings.ZOO_DIR = run_root, str(zoo_dir)
-    worker = start_celery_worker(tmp_path_factory, extra_env=env)
-    default_queue = app.conf.task_default_queue
-    app.conf.task_default_queue = worker.queue
-    yield SchedulerWorld(worker=worker, run_root=run_root, live_url=live_server.url)
-    app.conf.task_default_queue = default_queue
-    for name, value in previous.items():
-        setattr(settings, name, value)
-    stop_celery_worker(worker)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            setattr(settings, name, value)

@@ -22,7 +22,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,12 +34,20 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
+from kombu import pools as kombu_pools
 from kombu.exceptions import KombuError
 
 from scheduler import service, slurm
 from scheduler.celery import app
 from scheduler.tasks import runs_sync
-from tests.integration.conftest import REPO, CeleryWorker, start_celery_worker, stop_celery_worker
+from tests.integration.conftest import (
+    REPO,
+    CeleryWorker,
+    job_environment,
+    run_settings,
+    start_celery_worker,
+    stop_celery_worker,
+)
 from tests.integration.private_redis import private_redis
 from tests.integration.test_run_lifecycle import (
     TRAIN_KEY,
@@ -96,19 +103,9 @@ def fault_world(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[FaultWorld]:
     run_root = tmp_path_factory.mktemp("fault-runs")
-    env = {
-        "MRL_INGEST_BASE_URL": live_server.url,
-        "MRL_RUN_ROOT": str(run_root),
-        "MRL_ZOO_DIR": str(zoo_dir),
-        "MRL_JOB_PYTHON": sys.executable,
-        "MRL_JOB_WORKDIR": str(REPO),
-        **RECOVERY_ENV,
-    }
-    previous = {name: getattr(settings, name) for name in ("RUN_ROOT", "ZOO_DIR")}
-    settings.RUN_ROOT, settings.ZOO_DIR = run_root, str(zoo_dir)
-    yield FaultWorld(tmp=tmp_path_factory, run_root=run_root, env=env)
-    for name, value in previous.items():
-        setattr(settings, name, value)
+    env = {**job_environment(live_server.url, run_root, zoo_dir), **RECOVERY_ENV}
+    with run_settings(run_root, zoo_dir):
+        yield FaultWorld(tmp=tmp_path_factory, run_root=run_root, env=env)
 
 
 class Driver:
@@ -323,10 +320,12 @@ def celery_broker(url: str) -> Iterator[None]:
 
 
 def _point_celery_at(url: str) -> None:
+    """Also drop the pooled connections: kombu keeps one pool per broker in a global
+    registry, and a pool closed but left there answers "Acquire on closed pool" when the
+    app later asks for that broker's pool again."""
     os.environ["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL = url
     app.conf.broker_url = url
-    if app._pool is not None:
-        app._pool.force_close_all()
+    kombu_pools.reset()
     app._pool = None
     app.amqp._producer_pool = None
 

@@ -17,29 +17,13 @@ from django.utils import timezone
 from scheduler import service, slurm
 from scheduler.backends import JobStatus, slurm_job_status
 from scheduler.jobs import JobSpec, render_script, signal_lead_seconds, time_limit_seconds
-from tests.scheduler.test_service import FakeBackend
+from tests.scheduler.conftest import FakeBackend
 from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
+from webapp.experiments.models import Run
 
 pytestmark = pytest.mark.django_db
 
 TIMED_OUT = JobStatus("failed", 0, "vm", "the job hit its time limit", timed_out=True)
-
-
-@pytest.fixture
-def backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeBackend:
-    fake = FakeBackend()
-    monkeypatch.setattr(service, "backend_named", lambda name: fake)
-    monkeypatch.setattr(settings, "RUN_ROOT", tmp_path / "runs")
-    return fake
-
-
-@pytest.fixture
-def queued_run(make_experiment: Callable[..., Experiment]) -> Run:
-    experiment = make_experiment(seeds=(0,))
-    experiment.resources = {"backend": "slurm", "partition": "gpu", "mem_gb": 8}
-    experiment.save()
-    return services.runs_create(experiment, state=Run.State.QUEUED)[0]
 
 
 @pytest.fixture
