@@ -351,10 +351,12 @@ def test_a_broker_restart_loses_no_submission(
     and another waits in the queue; a run launched meanwhile still commits. Once Redis is
     back, the sync re-sends the queued runs nobody claimed; each run gets one job.
 
-    The worker whose task was in flight sometimes exits when it loses the broker (kombu
-    fails restoring the unacknowledged message on a dead connection); in production its
-    supervisor starts it again (``restart: unless-stopped`` in docker/compose.yml), and
-    so does this test."""
+    The worker whose ``acks_late`` task finished while the broker was down cannot ack it,
+    and kombu then fails restoring the message on the dead connection ("Unrecoverable
+    error"), after which that worker process no longer consumes. So, as a supervisor
+    would (``restart: unless-stopped`` in docker/compose.yml), the test replaces the
+    worker once the broker is back; what it checks is that no run is lost or submitted
+    twice."""
     steps = 4
     sbatch = SbatchWrapper(tmp_path)
     sbatch.hold()
@@ -383,8 +385,9 @@ def test_a_broker_restart_loses_no_submission(
         wait_for(lambda: bool(Run.objects.get(pk=in_flight.pk).slurm_job_id), "the job id")
         broker.start()
         assert broker.queue_length(worker.queue) == 0  # back empty: the message is lost
-        if worker.process.poll() is not None:  # the supervisor's part
-            worker = workers.enter_context(fault_world.worker(**worker_env))
+        worker.process.kill()  # the supervisor's part: a fresh worker on the same broker
+        worker.process.wait()
+        worker = workers.enter_context(fault_world.worker(**worker_env))
 
         Driver(worker).until_finished([in_flight, waiting, late], timeout=240)
 
