@@ -62,13 +62,18 @@ def start_celery_worker(
     return CeleryWorker(process=process, queue=queue, log_path=log_path)
 
 
-def stop_celery_worker(worker: CeleryWorker) -> None:
-    worker.process.terminate()
+def stop_process(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL if ``process`` has not exited within ``timeout`` seconds."""
+    process.terminate()
     try:
-        worker.process.wait(timeout=30)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        worker.process.kill()
-        worker.process.wait()
+        process.kill()
+        process.wait()
+
+
+def stop_celery_worker(worker: CeleryWorker) -> None:
+    stop_process(worker.process, timeout=30)
 
 
 @pytest.fixture(scope="session")

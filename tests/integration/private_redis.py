@@ -18,6 +18,8 @@ from pathlib import Path
 
 import redis
 
+from tests.integration.conftest import stop_process
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -57,12 +59,7 @@ class PrivateRedis:
         """Stop the server; with nothing saved, every message it held is gone."""
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, timeout=15)
         self.process = None
 
     def answers(self) -> bool:
