@@ -13,9 +13,9 @@ the order ingestion writes them (step by step, every series of the run at each s
 runs one after another), and the sharing runs get 2 transfer events per step. In all
 50,000,000 points; ``VACUUM ANALYZE`` afterwards, as autovacuum would.
 
-``--reuse`` keeps a database that an earlier run of this script filled (checked by its
-point count; migrations newer than it are applied) and only measures: the fill takes
-12-25 minutes on 2 cores.
+Two connections write the points at once, each run after run, as concurrent runs
+ingest. ``--reuse`` keeps a database that an earlier run of this script filled (checked
+by its point count; migrations newer than it are applied) and only measures.
 
 Measured over HTTP through gunicorn (2 sync workers; the figure is the client's wall
 time on loopback, so server time plus well under a millisecond), ``--reps`` requests per
@@ -37,8 +37,10 @@ import argparse
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,7 @@ SEEDS = 5
 POLICIES = ("llama", "qwen", "gpt2", "phi")
 REGIMES = ("standalone", "prp", "xgrpo", "sgt")
 STEPS = 1000
+FILL_WRITERS = 2  # connections writing points at once (one per core here)
 KEYS = (
     "val/reward@1",
     "train/reward_mean",
@@ -162,25 +165,41 @@ def build_lab() -> list[int]:
     return run_ids
 
 
-def fill(url: str, run_ids: list[int]) -> None:
-    """Series, points (run by run, in ingestion order) and transfer events, in SQL."""
+def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS) -> None:
+    """Series, points and transfer events, in SQL. ``writers`` connections write points
+    at once, each run by run in ingestion order, as concurrent runs ingest (their pages
+    interleave in the heap as they would)."""
     started = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SET synchronous_commit = off")
         conn.execute(
             "INSERT INTO experiments_metricseries (run_id, policy, key) "
             "SELECT r, p, k FROM unnest(%s::bigint[]) AS r, unnest(%s::text[]) AS p, "
             "unnest(%s::text[]) AS k ORDER BY r, p, k",
             [run_ids, [*POLICIES, "_pool"], list(KEYS)],
         )
-        conn.execute("SELECT setseed(0.42)")
-        for done, run_id in enumerate(run_ids, 1):
-            conn.execute(FILL_RUN_SQL, {"steps": STEPS, "run": run_id})
-            if done % 50 == 0:
-                elapsed = time.perf_counter() - started
-                eta = elapsed / done * (len(run_ids) - done)
-                print(f"  {done}/{len(run_ids)} runs filled, {elapsed:.0f} s, ~{eta:.0f} s left",
-                      flush=True)  # fmt: skip
+    done = 0
+    lock = threading.Lock()
+
+    def write(share: list[int], seed: float) -> None:
+        nonlocal done
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = off")
+            conn.execute("SELECT setseed(%s)", [seed])
+            for run_id in share:
+                conn.execute(FILL_RUN_SQL, {"steps": STEPS, "run": run_id})
+                with lock:
+                    done += 1
+                    if done % 50 == 0:
+                        elapsed = time.perf_counter() - started
+                        eta = elapsed / done * (len(run_ids) - done)
+                        print(f"  {done}/{len(run_ids)} runs filled, {elapsed:.0f} s, "
+                              f"~{eta:.0f} s left", flush=True)  # fmt: skip
+
+    with ThreadPoolExecutor(writers) as pool:
+        shares = [run_ids[index::writers] for index in range(writers)]
+        for future in [pool.submit(write, share, 0.1 * (1 + i)) for i, share in enumerate(shares)]:
+            future.result()
+    with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(FILL_EVENTS_SQL, {"steps": STEPS, "policies": list(POLICIES)})
         print(f"filled in {time.perf_counter() - started:.0f} s; vacuum analyze", flush=True)
         for table in ("metricpoint", "metricseries", "transferevent", "run"):
@@ -241,46 +260,71 @@ def timed(
 
 def cases(
     run_ids: list[int], sharing_run_ids: list[int], experiment_ids: list[int]
-) -> list[tuple[str, Callable]]:
-    """(label, () -> (path, params)) for every page and request measured; the transfer
-    requests go to runs of a sharing regime (standalone runs have no events)."""
+) -> list[tuple[str, Callable, int | None]]:
+    """(label, () -> (path, params), requests or None for ``--reps``) for every page and
+    request measured; the transfer requests go to runs of a sharing regime (standalone
+    runs have no events).
+
+    The comparisons' first reads come first: each goes to 50 runs none of whose series
+    of those metrics was read before (10 disjoint sets: a warm-up and 9 requests), so it
+    builds their packs (webapp.experiments.series_packs). The other comparisons then
+    read packs, as every later look at finished runs does."""
     rng = random.Random(7)
+    shuffled = rng.sample(run_ids, len(run_ids))
+    disjoint = [shuffled[i : i + 50] for i in range(0, len(shuffled) - 49, 50)]
+
+    def fresh_fifty(sets: list[list[int]]) -> Callable[[], str]:
+        remaining = iter(sets)
+        return lambda: ",".join(map(str, next(remaining)))
+
+    first_two, first_eight = fresh_fifty(disjoint), fresh_fifty(disjoint)
+    first_reps = len(disjoint) - 1
     one = lambda: rng.choice(run_ids)  # noqa: E731 - a tiny local helper
     sharing = lambda: rng.choice(sharing_run_ids)  # noqa: E731
     all_keys = {"max_points": "2000"}
     fifty = lambda: ",".join(map(str, rng.sample(run_ids, 50)))  # noqa: E731
     compare_query = {"group_by": "regime", "x": "step", "smooth": "0.6"}
+    never_read = list(KEYS[8:10])  # no other case asks for these
     return [
-        ("dashboard", lambda: ("/", {})),
-        ("experiment list, page 1", lambda: ("/experiments/", {})),
-        ("experiment list, deep page", lambda: ("/experiments/", {"page": rng.randint(2, 4)})),
-        ("run list, page 1", lambda: ("/runs/", {})),
-        ("run list, deep page", lambda: ("/runs/", {"page": rng.randint(5, 10)})),
-        ("run list, sorted by state", lambda: ("/runs/", {"sort": "state"})),
+        ("compare data, 50 runs, 2 metrics, first read (builds their packs)",
+         lambda: ("/api/v1/compare", {"runs": first_two(), **compare_query,
+                                      "metric": never_read}), first_reps),
+        ("compare data, 50 runs, 8 metrics, first read (builds their packs)",
+         lambda: ("/api/v1/compare", {"runs": first_eight(), **compare_query,
+                                      "metric": list(KEYS[:8])}), first_reps),
+        ("dashboard", lambda: ("/", {}), None),
+        ("experiment list, page 1", lambda: ("/experiments/", {}), None),
+        ("experiment list, deep page",
+         lambda: ("/experiments/", {"page": rng.randint(2, 4)}), None),
+        ("run list, page 1", lambda: ("/runs/", {}), None),
+        ("run list, deep page", lambda: ("/runs/", {"page": rng.randint(5, 10)}), None),
+        ("run list, sorted by state", lambda: ("/runs/", {"sort": "state"}), None),
         ("run list, filtered (regime=sgt, state=completed)",
-         lambda: ("/runs/", {"regime": "sgt", "state": "completed"})),
-        ("experiment page", lambda: (f"/experiments/{rng.choice(experiment_ids)}/", {})),
-        ("run page (HTML)", lambda: (f"/runs/{one()}/", {})),
-        ("run page: keys (100 series)", lambda: (f"/api/v1/runs/{one()}/keys", {})),
+         lambda: ("/runs/", {"regime": "sgt", "state": "completed"}), None),
+        ("experiment page", lambda: (f"/experiments/{rng.choice(experiment_ids)}/", {}), None),
+        ("run page (HTML)", lambda: (f"/runs/{one()}/", {}), None),
+        ("run page: keys (100 series)", lambda: (f"/api/v1/runs/{one()}/keys", {}), None),
         ("run page: every series, <=2,000 points each (100k points)",
-         lambda: (f"/api/v1/runs/{one()}/series", all_keys)),
+         lambda: (f"/api/v1/runs/{one()}/series", all_keys), None),
         ("run page: one metric, 5 policies",
-         lambda: (f"/api/v1/runs/{one()}/series", {"key": "val/reward@1", **all_keys})),
+         lambda: (f"/api/v1/runs/{one()}/series", {"key": "val/reward@1", **all_keys}), None),
         ("run page: 5-s poll (after_step, every series)",
-         lambda: (f"/api/v1/runs/{one()}/series", {"after_step": STEPS - 2, **all_keys})),
-        ("run page: status", lambda: (f"/api/v1/runs/{one()}/status", {})),
+         lambda: (f"/api/v1/runs/{one()}/series", {"after_step": STEPS - 2, **all_keys}), None),
+        ("run page: status", lambda: (f"/api/v1/runs/{one()}/status", {}), None),
         ("run page: transfer log (50 rows)",
-         lambda: (f"/api/v1/runs/{sharing()}/events", {"limit": 50})),
-        ("run page: transfer matrix", lambda: (f"/api/v1/runs/{sharing()}/events/summary", {})),
-        ("compare page (HTML), 50 runs", lambda: ("/compare/", {"runs": fifty()})),
+         lambda: (f"/api/v1/runs/{sharing()}/events", {"limit": 50}), None),
+        ("run page: transfer matrix",
+         lambda: (f"/api/v1/runs/{sharing()}/events/summary", {}), None),
+        ("compare page (HTML), 50 runs", lambda: ("/compare/", {"runs": fifty()}), None),
         ("compare data, 50 runs, 2 metrics (page default)",
          lambda: ("/api/v1/compare", {"runs": fifty(), **compare_query,
-                                      "metric": ["val/reward@1", "train/reward_mean"]})),
+                                      "metric": ["val/reward@1", "train/reward_mean"]}), None),
         ("compare data, 50 runs, 8 metrics",
-         lambda: ("/api/v1/compare", {"runs": fifty(), **compare_query, "metric": list(KEYS[:8])})),
+         lambda: ("/api/v1/compare", {"runs": fifty(), **compare_query,
+                                      "metric": list(KEYS[:8])}), None),
         ("compare summary, 50 runs",
          lambda: ("/api/v1/compare/summary", {"runs": fifty(), "group_by": "regime",
-                                       "metric": "val/reward@1"})),
+                                       "metric": "val/reward@1"}), None),
     ]  # fmt: skip
 
 
@@ -303,6 +347,8 @@ def main() -> None:
 
         django.setup()
         print(f"reusing {POINTS:,} points", flush=True)
+        with psycopg.connect(url, autocommit=True) as conn:  # the first reads build them
+            conn.execute("TRUNCATE experiments_seriespack")
     else:
         env = fresh_app_database("scale")
         fill(url, build_lab())
@@ -320,8 +366,8 @@ def main() -> None:
         session = requests.Session()
         session.cookies.set("sessionid", session_for("user00"))
         base = f"http://127.0.0.1:{port}"
-        for label, make in cases(run_ids, sharing_run_ids, experiment_ids):
-            times, size = timed(session, base, make, args.reps)
+        for label, make, reps in cases(run_ids, sharing_run_ids, experiment_ids):
+            times, size = timed(session, base, make, reps or args.reps)
             p50, p95 = percentile(times, 0.5) * 1000, percentile(times, 0.95) * 1000
             rows.append((label, p50, p95, size))
             print(f"{label}: p50 {p50:,.0f} ms, p95 {p95:,.0f} ms, {size / 1e3:,.0f} kB",

@@ -5,14 +5,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import psycopg
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 
 from tests.webapp.test_compare_support import add_series, make_runs, spec_of
+from webapp.api.batch import parse_batch
+from webapp.api.ingest import metrics_ingest
 from webapp.compare import data
 from webapp.compare.palette import BLACK, BLUISH_GREEN
 from webapp.compare.stats import aggregate, ema
-from webapp.experiments.models import Run
+from webapp.experiments import series_packs
+from webapp.experiments.models import MetricPoint, Run, SeriesPack
 
 pytestmark = pytest.mark.django_db
 
@@ -226,6 +231,104 @@ def test_sql_run_summaries_equal_the_python_reference(
         assert sql[pk].final == python[pk].final
         assert sql[pk].best == python[pk].best
         assert sql[pk].mean == pytest.approx(python[pk].mean, rel=1e-12)
+
+
+# --------------------------------------------------------------------------- packs
+
+
+def _assert_same_buckets(a: data.Buckets, b: data.Buckets) -> None:
+    np.testing.assert_array_equal(a.present, b.present)
+    np.testing.assert_allclose(a.step, b.step, rtol=1e-12)
+    np.testing.assert_allclose(a.value, b.value, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(("size", "window"), [(17, None), (413, None), (37, (50, 200))])
+def test_packed_series_give_the_reference_buckets(
+    messy: list[int], size: int, window: tuple[int, int] | None
+) -> None:
+    lo, hi = window or data.step_range(messy)
+    size = min(size, hi - lo + 1)
+    python = data.buckets_portable(messy, lo, hi, size)
+    built = data.buckets_postgres(messy, lo, hi, size, wall=False, buildable=messy)
+    assert SeriesPack.objects.filter(series_id__in=messy).count() == len(messy)
+    # The packs are what is read now: the points themselves could go.
+    MetricPoint.objects.filter(series_id__in=messy).delete()
+    read = data.buckets_postgres(messy, lo, hi, size, wall=False, buildable=messy)
+    for pk in messy:
+        _assert_same_buckets(built[pk], python[pk])
+        _assert_same_buckets(read[pk], python[pk])
+        assert np.isnan(read[pk].wall).all()
+
+
+def test_only_finished_runs_get_packs_and_the_comparison_is_unchanged(
+    four_runs: list[Run],
+) -> None:
+    unpacked = build(four_runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
+    assert not SeriesPack.objects.exists()
+    finished = [four_runs[0], four_runs[2]]
+    Run.objects.filter(pk__in=[run.pk for run in finished]).update(state=Run.State.COMPLETED)
+    for run in four_runs:
+        run.refresh_from_db()
+    packed = build(four_runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
+    assert set(SeriesPack.objects.values_list("run_id", flat=True)) == {r.pk for r in finished}
+    again = build(four_runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
+    for comparison in (packed, again):
+        for group in ("sgt", "standalone"):
+            a = trace(unpacked, "llama", TRAIN, group)
+            b = trace(comparison, "llama", TRAIN, group)
+            for name in ("x", "mean", "lower", "upper", "raw_mean"):
+                np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-12)
+
+
+def _ingest_body(steps: range, value: float) -> bytes:
+    points = ",".join(
+        f'{{"policy": "llama", "key": "{TRAIN}", "step": {step}, "value": {value}}}'
+        for step in steps
+    )
+    return f'{{"points": [{points}]}}'.encode()
+
+
+def test_new_points_drop_the_runs_packs_and_reach_the_next_comparison(alice: User) -> None:
+    late, other = make_runs(alice, "sgt")
+    for run in (late, other):
+        metrics_ingest(run=run, batch=parse_batch(_ingest_body(range(10), 1.0)))
+    Run.objects.filter(pk__in=[late.pk, other.pk]).update(state=Run.State.COMPLETED)
+    runs = list(Run.objects.filter(pk__in=[late.pk, other.pk]).order_by("pk"))
+    build(runs, metric=TRAIN, policy="llama", buckets=20)
+    assert SeriesPack.objects.count() == 2
+    # A replay changes nothing and keeps the packs; a late batch with new steps drops
+    # the packs of its run only.
+    metrics_ingest(run=late, batch=parse_batch(_ingest_body(range(10), 1.0)))
+    assert SeriesPack.objects.count() == 2
+    metrics_ingest(run=late, batch=parse_batch(_ingest_body(range(10, 20), 5.0)))
+    assert list(SeriesPack.objects.values_list("run_id", flat=True)) == [other.pk]
+    comparison = build(runs, metric=TRAIN, policy="llama", buckets=20)
+    late_curve = trace(comparison, "llama", TRAIN, "sgt")
+    assert late_curve.x[-1] == 19 and late_curve.raw_mean[-1] == pytest.approx(5.0)
+    assert SeriesPack.objects.count() == 2
+
+
+def test_a_run_whose_ingestion_is_in_flight_is_not_packed(alice: User) -> None:
+    busy, free = make_runs(alice, "sgt")
+    ids = [add_series(run, "llama", TRAIN, range(5), float) for run in (busy, free)]
+    settings = connection.settings_dict
+    # Another session holds the busy run's lock as an ingestion transaction does.
+    with psycopg.connect(
+        dbname=settings["NAME"],
+        host=settings["HOST"],
+        port=settings["PORT"] or 5432,
+        user=settings["USER"],
+        password=settings["PASSWORD"] or None,
+    ) as other:
+        other.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s, %s)", [series_packs.PACK_LOCK_CLASS, busy.pk]
+        )
+        packs = series_packs.series_packs(ids, buildable=ids)
+        assert list(packs) == [ids[1]]
+        buckets = data.buckets_postgres(ids, 0, 4, 5, wall=False, buildable=ids)
+        np.testing.assert_allclose(buckets[ids[0]].value, np.arange(5.0))  # from the points
+        other.rollback()
+    assert sorted(series_packs.series_packs(ids, buildable=ids)) == sorted(ids)
 
 
 # --------------------------------------------------------------------------- summary

@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from webapp.api.batch import EventIn, IngestBatch, PointIn, StatusIn, first_events, first_of_each
-from webapp.experiments import services
+from webapp.experiments import series_packs, services
 from webapp.experiments.models import MetricPoint, MetricSeries, Run, TransferEvent
 
 SeriesKey = tuple[str, str]  # (policy, key)
@@ -69,7 +69,15 @@ def metrics_ingest(*, run: Run, batch: IngestBatch) -> IngestResult:
     with transaction.atomic():
         points = first_of_each(batch.points)
         events = first_events(batch.events)
-        points_new = _points_store(run.pk, points) if points else 0
+        points_new = 0
+        if points:
+            # New points end the run's packed copies (a comparison's read cache), in this
+            # transaction; the shared lock keeps a pack being built meanwhile from
+            # missing them (webapp.experiments.series_packs).
+            series_packs.ingest_lock(run.pk)
+            points_new = _points_store(run.pk, points)
+            if points_new:
+                series_packs.packs_drop(run.pk)
         events_new = _events_store(run.pk, events) if events else 0
         step = batch.max_step
         if step is not None:

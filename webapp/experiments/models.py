@@ -9,6 +9,8 @@
   exact JSON the job reads. Carries the state machine and the Slurm facts.
 - :class:`MetricSeries` / :class:`MetricPoint`: one series per (run, policy, key), one
   point per step, keyed so that ingestion is idempotent (SPEC 8.1).
+- :class:`SeriesPack`: a finished series' points packed into two byte strings, a read
+  copy for comparisons (:mod:`webapp.experiments.series_packs`).
 - :class:`TransferEvent`: the peer-transfer log (SPEC 4.5).
 """
 
@@ -308,6 +310,25 @@ class MetricPoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.series_id}@{self.step}={self.value}"
+
+
+class SeriesPack(models.Model):
+    """A copy of one series' points as two byte strings: big-endian int4 steps and float8
+    values (NaN for a NULL), aligned, not necessarily in step order. Built when a
+    comparison reads a series of a finished run; ingestion deletes a run's packs in the
+    transaction that writes new points to it (:mod:`webapp.experiments.series_packs`).
+    On PostgreSQL both columns are stored out of line and uncompressed (migration 0003).
+    """
+
+    series = models.OneToOneField(
+        MetricSeries, on_delete=models.CASCADE, primary_key=True, related_name="pack"
+    )
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series_packs")
+    steps = models.BinaryField()
+    values = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"pack of {self.series_id} ({len(self.steps) // 4} points)"
 
 
 class TransferEvent(models.Model):

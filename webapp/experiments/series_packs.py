@@ -1,0 +1,139 @@
+"""Packed copies of finished series, so that comparisons read whole series fast.
+
+A 50-run comparison reads every point of hundreds of series. From the points table that
+is an index-only scan plus an aggregate per series: about 165 ns a point (330 ms for 8
+metrics x 5 policies x 50 runs x 1,000 steps at lab scale, ``bench/scale.py``). A
+:class:`~webapp.experiments.models.SeriesPack` holds the same points as two byte strings
+(int4 steps, float8 values), which PostgreSQL hands back at about 25 ns a point.
+
+Life of a pack (PostgreSQL only; elsewhere :func:`packs_enabled` is False):
+
+- :func:`series_packs` returns the packs of the series asked for. It builds the missing
+  ones of the series it may build (the caller passes those of finished runs: a running
+  run's series change every step) in one statement, and returns them too.
+- Ingestion calls :func:`ingest_lock` at the start of its transaction and
+  :func:`packs_drop` when it wrote new points: the run's packs are gone in the same
+  transaction, so a pack never outlives a change of its series.
+- The race between the two: a builder first takes the run's advisory lock
+  ``(PACK_LOCK_CLASS, run id)`` exclusively, without waiting (a run whose ingestion is in
+  flight is skipped and read from the points this time), in its own transaction. Its
+  next statement's snapshot then holds every ingestion that committed before, and an
+  ingestion that starts meanwhile waits on its shared lock until the builder commits,
+  then deletes what it built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from django.db import connection, transaction
+
+from webapp.experiments.models import MetricPoint, MetricSeries, SeriesPack
+
+PACK_LOCK_CLASS = 0x4D524C50
+"""The namespace ("MRLP") of the runs' pack locks: advisory lock (this, run id)."""
+
+Packed = tuple[bytes, bytes]
+"""(steps as big-endian int4, values as big-endian float8), aligned."""
+
+
+def packs_enabled() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _table(model: type) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def ingest_lock(run_id: int) -> None:
+    """Hold the run's pack lock (shared) until the current transaction ends."""
+    if not packs_enabled():
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", [PACK_LOCK_CLASS, run_id])
+
+
+def packs_drop(run_id: int) -> None:
+    """Delete the run's packs (in the caller's transaction)."""
+    if not packs_enabled():
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {_table(SeriesPack)} WHERE run_id = %s", [run_id])
+
+
+_READ_SQL = """
+    SELECT series_id, steps, "values" FROM {packs} WHERE series_id = ANY(%(ids)s::bigint[])
+"""
+# Those of the series whose run's pack lock this transaction got (without waiting; a
+# lock taken again by the same transaction is granted at once).
+_LOCK_SQL = """
+    SELECT id FROM {series}
+    WHERE id = ANY(%(ids)s::bigint[]) AND pg_try_advisory_xact_lock(%(lock_class)s, run_id::int)
+"""
+# Every point of each series, aggregated off the primary key's index-only scan (which
+# covers ``value``): all the aggregates of a group see its rows in the same order, so
+# the two strings line up.
+_BUILD_SQL = """
+    INSERT INTO {packs} (series_id, run_id, steps, "values")
+    SELECT packed.series_id, s.run_id, packed.steps, packed.vals
+    FROM (
+        SELECT series_id, string_agg(int4send(step), '') AS steps,
+               string_agg(float8send(coalesce(value, 'NaN')), '') AS vals
+        FROM {points}
+        WHERE series_id = ANY(%(ids)s::bigint[])
+        GROUP BY series_id
+    ) AS packed
+    JOIN {series} AS s ON s.id = packed.series_id
+    ON CONFLICT (series_id) DO NOTHING
+    RETURNING series_id, steps, "values"
+"""
+_PLANNER_SQL = (
+    "SELECT set_config('work_mem', '64MB', true), set_config('jit', 'off', true), "
+    "set_config('enable_hashagg', 'off', true)"
+)
+
+
+def _fetch(sql: str, params: dict[str, object]) -> list[tuple]:
+    """Rows of ``sql`` in binary (bytea as bytes), on Django's connection and transaction."""
+    import psycopg
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, binary=True)
+        return cursor.fetchall()
+
+
+def series_packs(series_ids: Sequence[int], buildable: Collection[int]) -> dict[int, Packed]:
+    """The packs of ``series_ids`` that exist, plus those built now for the series in
+    ``buildable`` that had none (a series without points gets none). Empty where
+    :func:`packs_enabled` is False."""
+    if not packs_enabled() or not series_ids:
+        return {}
+    names = {"packs": _table(SeriesPack), "series": _table(MetricSeries)}
+    found = {
+        pk: (bytes(steps), bytes(values))
+        for pk, steps, values in _fetch(_READ_SQL.format(**names), {"ids": list(series_ids)})
+    }
+    wanted = [pk for pk in series_ids if pk not in found and pk in buildable]
+    if wanted:
+        found.update(_build(wanted))
+    return found
+
+
+def _build(series_ids: list[int]) -> dict[int, Packed]:
+    names = {
+        "packs": _table(SeriesPack),
+        "series": _table(MetricSeries),
+        "points": _table(MetricPoint),
+    }
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(_PLANNER_SQL)
+            cursor.execute(
+                _LOCK_SQL.format(**names), {"ids": series_ids, "lock_class": PACK_LOCK_CLASS}
+            )
+            locked = [row[0] for row in cursor.fetchall()]
+        if not locked:
+            return {}
+        rows = _fetch(_BUILD_SQL.format(**names), {"ids": locked})
+    return {pk: (bytes(steps), bytes(values)) for pk, steps, values in rows}
