@@ -6,12 +6,12 @@ to the login page), someone outside the run's lab 404, a wrong method 405.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+import orjson
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 
 View = Callable[..., HttpResponse]
@@ -44,9 +44,18 @@ def encode_points(points: list[tuple[int, float]]) -> list[Any]:
     return [[step, encode_value(value)] for step, value in points]
 
 
+_JSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
 def json_reply(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    """``data`` as strict JSON (a stray NaN is a bug here, not a bare ``NaN`` literal)."""
-    body = json.dumps(data, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    """``data`` as compact UTF-8 JSON, written by orjson: a 50-run comparison's 5 MB
+    goes out in about 15 ms instead of ``json.dumps``'s 105 (``bench/scale.py``).
+
+    Non-finite metric values reach here as the strings :func:`encode_value` makes; JSON
+    has no NaN, and orjson would write a stray one as ``null``. Keys that are not strings
+    become strings, as with ``json.dumps``; numpy scalars and arrays become numbers and
+    lists."""
+    body = orjson.dumps(data, option=_JSON_OPTIONS)
     return HttpResponse(body, status=status, content_type="application/json", headers=headers)
 
 
