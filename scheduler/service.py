@@ -39,7 +39,7 @@ from scheduler.backends import (
 from scheduler.backends import write_run_files as _write_run_files
 from scheduler.jobs import JobSpec, JobSpecError
 from trainer.mwra import PlacementPlan
-from webapp.experiments import services
+from webapp.experiments import series_packs, services
 from webapp.experiments.models import Run
 
 log = logging.getLogger(__name__)
@@ -220,8 +220,10 @@ def _fail(run: Run, reason: str) -> None:
 
 
 def sync() -> dict[str, int]:
-    """Move every active run to the state its job is in; return counts per new state."""
+    """Move every active run to the state its job is in; return counts per new state.
+    The series of the runs that finish get their packed copies for comparisons."""
     moved: dict[str, int] = {}
+    finished: list[int] = []
     active = Run.objects.filter(state__in=ACTIVE_STATES).exclude(slurm_job_id="")
     by_backend: dict[str, list[Run]] = {}
     for run in active.select_related("experiment"):
@@ -245,7 +247,23 @@ def sync() -> dict[str, int]:
                 moved[Run.State.QUEUED] = moved.get(Run.State.QUEUED, 0) + 1
             elif _apply(run, status):
                 moved[status.state] = moved.get(status.state, 0) + 1
+                if status.state in Run.TERMINAL_STATES:
+                    finished.append(run.pk)
+    _pack_finished(finished)
     return moved
+
+
+def _pack_finished(run_ids: list[int]) -> None:
+    """Pack the series of runs that just finished, so that no comparison has to (a read
+    cache: a failure is logged, and the first comparison packs them instead)."""
+    if not run_ids:
+        return
+    try:
+        built = series_packs.packs_build_runs(run_ids)
+    except DatabaseError as exc:
+        log.warning("packing the series of runs %s failed: %s", run_ids, exc)
+        return
+    log.info("packed %d series of %d finished runs", built, len(run_ids))
 
 
 def _resume_after_time_limit(run: Run, status: JobStatus) -> bool:

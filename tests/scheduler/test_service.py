@@ -12,8 +12,10 @@ from django.utils import timezone
 from scheduler import service
 from scheduler.backends import BackendError, JobStatus
 from tests.scheduler.conftest import FakeBackend
+from webapp.api.batch import parse_batch
+from webapp.api.ingest import metrics_ingest
 from webapp.experiments import services
-from webapp.experiments.models import Run
+from webapp.experiments.models import Run, SeriesPack
 
 pytestmark = pytest.mark.django_db
 
@@ -79,6 +81,28 @@ def test_sync_follows_the_job_through_its_states(backend: FakeBackend, queued_ru
     assert (run.state, run.exit_code, run.node) == ("failed", 1, "gpu-7")
     assert run.failure_reason.startswith("the job failed (exit code 1)")
     assert service.sync() == {}  # terminal runs are left alone
+
+
+def test_a_run_that_finishes_gets_its_series_packed(backend: FakeBackend, queued_run: Run) -> None:
+    service.submit(queued_run.pk)
+    backend.states["101"] = JobStatus("running", node="gpu-7")
+    service.sync()
+    run = Run.objects.get(pk=queued_run.pk)
+    points = ",".join(
+        f'{{"policy": "{policy}", "key": "train/reward_mean", "step": {step}, "value": {step}}}'
+        for policy in ("llama", "qwen")
+        for step in range(5)
+    )
+    metrics_ingest(run=run, batch=parse_batch(f'{{"points": [{points}]}}'.encode()))
+    service.sync()  # still running: nothing to pack
+    assert not SeriesPack.objects.exists()
+    backend.states["101"] = JobStatus("completed", 0, "gpu-7")
+    assert service.sync() == {"completed": 1}
+    packs = SeriesPack.objects.filter(run=run).order_by("series__policy")
+    assert [(p.series.policy, len(p.steps), len(p.values)) for p in packs] == [
+        ("llama", 5 * 4, 5 * 8),
+        ("qwen", 5 * 4, 5 * 8),
+    ]
 
 
 def test_a_forgotten_job_ends_by_its_exit_code_file(backend: FakeBackend, queued_run: Run) -> None:

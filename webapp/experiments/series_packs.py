@@ -8,9 +8,12 @@ metrics x 5 policies x 50 runs x 1,000 steps at lab scale, ``bench/scale.py``). 
 
 Life of a pack (PostgreSQL only; elsewhere :func:`packs_enabled` is False):
 
+- The status sync packs the series of each run it sees finish
+  (:func:`packs_build_runs`, ``scheduler.service.sync``).
 - :func:`series_packs` returns the packs of the series asked for. It builds the missing
   ones of the series it may build (the caller passes those of finished runs: a running
-  run's series change every step) in one statement, and returns them too.
+  run's series change every step) in one statement, and returns them too: runs that
+  finished elsewhere (cancelled, or before this existed) and runs with late points.
 - Ingestion calls :func:`ingest_lock` at the start of its transaction and
   :func:`packs_drop` when it wrote new points: the run's packs are gone in the same
   transaction, so a pack never outlives a change of its series.
@@ -118,6 +121,20 @@ def series_packs(series_ids: Sequence[int], buildable: Collection[int]) -> dict[
     if wanted:
         found.update(_build(wanted))
     return found
+
+
+def packs_build_runs(run_ids: Sequence[int]) -> int:
+    """Pack every series of ``run_ids`` that has no pack (the status sync calls this for
+    the runs that just finished); the number built. A run whose ingestion is in flight is
+    skipped: the first comparison packs it."""
+    if not packs_enabled() or not run_ids:
+        return 0
+    series_ids = list(
+        MetricSeries.objects.filter(run_id__in=run_ids, pack__isnull=True).values_list(
+            "id", flat=True
+        )
+    )
+    return len(_build(series_ids)) if series_ids else 0
 
 
 def _build(series_ids: list[int]) -> dict[int, Packed]:
