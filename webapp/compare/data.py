@@ -223,12 +223,6 @@ _POINTS_SQL = """
     GROUP BY series_id
 """
 _WALL_COLUMN = ", string_agg(float8send(coalesce(wall_time, 'NaN')), '')"
-# Stream the index in series order into GroupAggregate (no hash table to build), and skip
-# JIT: compiling costs more than it saves here.
-_PLANNER_SQL = (
-    "SELECT set_config('work_mem', '64MB', true), set_config('jit', 'off', true), "
-    "set_config('enable_hashagg', 'off', true)"
-)
 
 
 def step_range(series_ids: Sequence[int]) -> tuple[int, int] | None:
@@ -276,7 +270,7 @@ def buckets_postgres(
         )
         with transaction.atomic():
             with connection.cursor() as django_cursor:
-                django_cursor.execute(_PLANNER_SQL)
+                django_cursor.execute(series_packs.SERIES_SCAN_SETTINGS_SQL)
             # psycopg's own (server-side binding) cursor, on Django's connection and
             # transaction: Django's client-side cursors cannot ask for binary results.
             with psycopg.Cursor(connection.connection) as cursor:
