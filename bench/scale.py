@@ -29,7 +29,8 @@ page after one warm-up, each on a different random run or page where the page ta
   metrics, and 8 metrics), and the summary table. The runs are finished, so the first
   comparison that reads a series builds its packed copy (webapp.experiments.series_packs)
   and later ones read that: first reads are measured apart, on 50 runs none of whose
-  series of those metrics was read before (the packs are dropped at the start).
+  series of those metrics was read before (the packs are dropped at the start). Last,
+  the status sync's packing sweep over every finished run, timed from no packs.
 
 Also: database size, total and per million points. Prints markdown for bench/RESULTS.md.
 """
@@ -210,6 +211,24 @@ def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS) -> None:
     print(f"ready after {time.perf_counter() - started:.0f} s", flush=True)
 
 
+def packs_forget(url: str) -> None:
+    """No series packs, no run marked packed: as if the status sync had never swept."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE experiments_seriespack")
+        conn.execute("UPDATE experiments_run SET series_packed = false WHERE series_packed")
+
+
+def sweep_timed(url: str) -> tuple[int, int, float]:
+    """Forget every pack, then pack every finished run as the status sync's sweep does;
+    (runs, series, seconds)."""
+    from webapp.experiments import series_packs
+
+    packs_forget(url)
+    started = time.perf_counter()
+    runs, series = series_packs.packs_sweep(max_runs=EXPERIMENTS * SEEDS)
+    return runs, series, time.perf_counter() - started
+
+
 def point_count(url: str) -> int:
     try:
         with psycopg.connect(url) as conn:
@@ -350,8 +369,7 @@ def main() -> None:
 
         django.setup()
         print(f"reusing {POINTS:,} points", flush=True)
-        with psycopg.connect(url, autocommit=True) as conn:  # the first reads build them
-            conn.execute("TRUNCATE experiments_seriespack")
+        packs_forget(url)  # the first reads build them
     else:
         env = fresh_app_database("scale")
         fill(url, build_lab())
@@ -379,6 +397,7 @@ def main() -> None:
         server.terminate()
         server.wait()
 
+    swept_runs, swept_series, sweep_seconds = sweep_timed(url)
     points = point_count(url)
     with psycopg.connect(url) as conn:
         packs, pack_bytes = conn.execute(
@@ -397,8 +416,14 @@ def main() -> None:
         f"\nDatabase {db['database'] / 2**30:.2f} GiB; points table "
         f"{db['points_heap'] / 2**30:.2f} GiB + index {db['points_index'] / 2**30:.2f} GiB "
         f"= {per_million / 2**20:.1f} MiB per million points; transfer events "
-        f"{db['events'] / 2**20:.0f} MiB; series packs built by the comparisons: {packs:,} "
+        f"{db['events'] / 2**20:.0f} MiB; series packs of every finished run: {packs:,} "
         f"({pack_bytes / 2**20:.0f} MiB)"
+    )
+    print(
+        f"The sync's packing sweep over every finished run, from no packs: {swept_runs} runs, "
+        f"{swept_series:,} series in {sweep_seconds:.1f} s "
+        f"({sweep_seconds / max(swept_runs, 1) * 1000:.0f} ms a run of "
+        f"{SERIES_PER_RUN * STEPS:,} points)"
     )
 
 

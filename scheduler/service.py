@@ -220,10 +220,8 @@ def _fail(run: Run, reason: str) -> None:
 
 
 def sync() -> dict[str, int]:
-    """Move every active run to the state its job is in; return counts per new state.
-    The series of the runs that finish get their packed copies for comparisons."""
+    """Move every active run to the state its job is in; return counts per new state."""
     moved: dict[str, int] = {}
-    finished: list[int] = []
     active = Run.objects.filter(state__in=ACTIVE_STATES).exclude(slurm_job_id="")
     by_backend: dict[str, list[Run]] = {}
     for run in active.select_related("experiment"):
@@ -247,23 +245,22 @@ def sync() -> dict[str, int]:
                 moved[Run.State.QUEUED] = moved.get(Run.State.QUEUED, 0) + 1
             elif _apply(run, status):
                 moved[status.state] = moved.get(status.state, 0) + 1
-                if status.state in Run.TERMINAL_STATES:
-                    finished.append(run.pk)
-    _pack_finished(finished)
     return moved
 
 
-def _pack_finished(run_ids: list[int]) -> None:
-    """Pack the series of runs that just finished, so that no comparison has to (a read
-    cache: a failure is logged, and the first comparison packs them instead)."""
-    if not run_ids:
-        return
+def pack_finished_runs() -> int:
+    """Pack the series of a few finished runs that are not all packed yet
+    (``PACK_RUNS_PER_SYNC``; :func:`webapp.experiments.series_packs.packs_sweep`), so
+    that comparisons read packs. A read cache: a failure is logged, the next tick tries
+    again, and a comparison packs what it needs meanwhile. The number of runs packed."""
     try:
-        built = series_packs.packs_build_runs(run_ids)
+        runs, series = series_packs.packs_sweep(settings.PACK_RUNS_PER_SYNC)
     except DatabaseError as exc:
-        log.warning("packing the series of runs %s failed: %s", run_ids, exc)
-        return
-    log.info("packed %d series of %d finished runs", built, len(run_ids))
+        log.warning("packing finished runs' series failed: %s", exc)
+        return 0
+    if runs:
+        log.info("packed %d series of %d finished runs", series, runs)
+    return runs
 
 
 def _resume_after_time_limit(run: Run, status: JobStatus) -> bool:

@@ -56,14 +56,17 @@ def run_submit(self: Task, run_id: int) -> str:
 
 @shared_task(name="scheduler.tasks.runs_sync")
 def runs_sync() -> dict[str, int]:
-    """Beat: move every active run to its job's state; re-send lost submissions."""
+    """Beat: move every active run to its job's state; re-send lost submissions; pack the
+    series of finished runs for comparisons."""
     service.resend_stale_queued()
     service.resend_stale_submissions()
     try:
-        return service.sync()
+        moved = service.sync()
     except BackendError as exc:  # the next tick tries again
         logger.warning("status sync skipped: %s", exc)
-        return {}
+        moved = {}
+    service.pack_finished_runs()
+    return moved
 
 
 @shared_task(bind=True, name="scheduler.tasks.run_cancel", max_retries=MAX_RETRIES)

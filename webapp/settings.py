@@ -14,7 +14,8 @@ The variables, grouped by integration:
   ``CELERY_RESULT_BACKEND`` (default: results are not stored).
 - Runs: ``MRL_RUN_ROOT`` (where run directories live), ``MRL_EXECUTOR`` (``local`` or
   ``slurm``); recovery: ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
-  ``MRL_FORGOTTEN_GRACE_SECONDS``, ``MRL_TIME_LIMIT_RESUMES``.
+  ``MRL_FORGOTTEN_GRACE_SECONDS``, ``MRL_TIME_LIMIT_RESUMES``; comparisons' read cache:
+  ``MRL_PACK_RUNS_PER_SYNC``.
 - Slurm defaults for submitted jobs: ``SLURM_PARTITION``, ``SLURM_ACCOUNT``,
   ``SLURM_QOS``, ``SLURM_TIME_LIMIT``, ``SLURM_GPUS_PER_NODE``.
 """
@@ -254,6 +255,10 @@ SCHEDULER_STALE_QUEUED_SECONDS = env.float("MRL_STALE_QUEUED_SECONDS", default=6
 SCHEDULER_STALE_SUBMIT_SECONDS = env.float("MRL_STALE_SUBMIT_SECONDS", default=300.0)
 SCHEDULER_FORGOTTEN_GRACE_SECONDS = env.float("MRL_FORGOTTEN_GRACE_SECONDS", default=60.0)
 SCHEDULER_TIME_LIMIT_RESUMES = env.int("MRL_TIME_LIMIT_RESUMES", default=3)
+# Each runs_sync tick packs the series of at most this many finished runs whose series
+# are not all packed yet (webapp/experiments/series_packs.py): a read cache for
+# comparisons.
+PACK_RUNS_PER_SYNC = env.int("MRL_PACK_RUNS_PER_SYNC", default=10)
 
 # --- slurm defaults (per-experiment forms may override) ------------------------------
 SLURM_PARTITION = env.str("SLURM_PARTITION", default="")

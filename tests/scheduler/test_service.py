@@ -83,26 +83,43 @@ def test_sync_follows_the_job_through_its_states(backend: FakeBackend, queued_ru
     assert service.sync() == {}  # terminal runs are left alone
 
 
-def test_a_run_that_finishes_gets_its_series_packed(backend: FakeBackend, queued_run: Run) -> None:
+def _ingest(run: Run, steps: range) -> None:
+    points = ",".join(
+        f'{{"policy": "{policy}", "key": "train/reward_mean", "step": {step}, "value": {step}}}'
+        for policy in ("llama", "qwen")
+        for step in steps
+    )
+    metrics_ingest(run=run, batch=parse_batch(f'{{"points": [{points}]}}'.encode()))
+
+
+def _packed(run: Run) -> list[tuple[str, int]]:
+    """(policy, points) of the run's packs."""
+    packs = SeriesPack.objects.filter(run=run).order_by("series__policy")
+    return [(pack.series.policy, len(pack.steps) // 4) for pack in packs]
+
+
+def test_the_sync_packs_finished_runs_and_again_after_late_points(
+    backend: FakeBackend, queued_run: Run
+) -> None:
     service.submit(queued_run.pk)
     backend.states["101"] = JobStatus("running", node="gpu-7")
     service.sync()
     run = Run.objects.get(pk=queued_run.pk)
-    points = ",".join(
-        f'{{"policy": "{policy}", "key": "train/reward_mean", "step": {step}, "value": {step}}}'
-        for policy in ("llama", "qwen")
-        for step in range(5)
-    )
-    metrics_ingest(run=run, batch=parse_batch(f'{{"points": [{points}]}}'.encode()))
-    service.sync()  # still running: nothing to pack
+    _ingest(run, range(5))
+    assert service.pack_finished_runs() == 0  # running: its series still change
     assert not SeriesPack.objects.exists()
     backend.states["101"] = JobStatus("completed", 0, "gpu-7")
     assert service.sync() == {"completed": 1}
-    packs = SeriesPack.objects.filter(run=run).order_by("series__policy")
-    assert [(p.series.policy, len(p.steps), len(p.values)) for p in packs] == [
-        ("llama", 5 * 4, 5 * 8),
-        ("qwen", 5 * 4, 5 * 8),
-    ]
+    assert service.pack_finished_runs() == 1
+    assert _packed(run) == [("llama", 5), ("qwen", 5)]
+    assert Run.objects.get(pk=run.pk).series_packed
+    assert service.pack_finished_runs() == 0  # nothing left to pack
+    # Late points (a spool shipped after the end) drop the packs and the mark; the next
+    # tick packs the run again, with them.
+    _ingest(run, range(5, 8))
+    assert _packed(run) == [] and not Run.objects.get(pk=run.pk).series_packed
+    assert service.pack_finished_runs() == 1
+    assert _packed(run) == [("llama", 8), ("qwen", 8)]
 
 
 def test_a_forgotten_job_ends_by_its_exit_code_file(backend: FakeBackend, queued_run: Run) -> None:

@@ -308,18 +308,23 @@ def test_new_points_drop_the_runs_packs_and_reach_the_next_comparison(alice: Use
     assert SeriesPack.objects.count() == 2
 
 
-def test_a_run_whose_ingestion_is_in_flight_is_not_packed(alice: User) -> None:
-    busy, free = make_runs(alice, "sgt")
-    ids = [add_series(run, "llama", TRAIN, range(5), float) for run in (busy, free)]
+def _other_session() -> psycopg.Connection:
+    """A second connection to the test database (another process's session)."""
     settings = connection.settings_dict
-    # Another session holds the busy run's lock as an ingestion transaction does.
-    with psycopg.connect(
+    return psycopg.connect(
         dbname=settings["NAME"],
         host=settings["HOST"],
         port=settings["PORT"] or 5432,
         user=settings["USER"],
         password=settings["PASSWORD"] or None,
-    ) as other:
+    )
+
+
+def test_a_run_whose_ingestion_is_in_flight_is_not_packed(alice: User) -> None:
+    busy, free = make_runs(alice, "sgt")
+    ids = [add_series(run, "llama", TRAIN, range(5), float) for run in (busy, free)]
+    # Another session holds the busy run's lock as an ingestion transaction does.
+    with _other_session() as other:
         other.execute(
             "SELECT pg_advisory_xact_lock_shared(%s, %s)", [series_packs.PACK_LOCK_CLASS, busy.pk]
         )
@@ -329,6 +334,24 @@ def test_a_run_whose_ingestion_is_in_flight_is_not_packed(alice: User) -> None:
         np.testing.assert_allclose(buckets[ids[0]].value, np.arange(5.0))  # from the points
         other.rollback()
     assert sorted(series_packs.series_packs(ids, buildable=ids)) == sorted(ids)
+
+
+def test_the_sweep_skips_a_run_whose_ingestion_is_in_flight(alice: User) -> None:
+    busy, free = make_runs(alice, "sgt")
+    for run in (busy, free):
+        add_series(run, "llama", TRAIN, range(5), float)
+    Run.objects.filter(pk__in=[busy.pk, free.pk]).update(state=Run.State.COMPLETED)
+    with _other_session() as other:
+        other.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s, %s)", [series_packs.PACK_LOCK_CLASS, busy.pk]
+        )
+        assert series_packs.packs_sweep(max_runs=10) == (1, 1)
+        other.rollback()
+    assert Run.objects.get(pk=free.pk).series_packed
+    assert not Run.objects.get(pk=busy.pk).series_packed
+    assert series_packs.packs_sweep(max_runs=10) == (1, 1)
+    assert SeriesPack.objects.filter(run=busy).count() == 1
+    assert series_packs.packs_sweep(max_runs=10) == (0, 0)
 
 
 # --------------------------------------------------------------------------- summary

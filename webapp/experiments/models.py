@@ -200,6 +200,11 @@ class Run(models.Model):
     )
     status_message = models.CharField(max_length=500, blank=True)
     last_step = models.IntegerField(null=True, blank=True)
+    series_packed = models.BooleanField(
+        default=False,
+        help_text="every series of this finished run has its SeriesPack (a hint for "
+        "the beat's packing sweep; ingestion clears it when it writes new points)",
+    )
     backend = models.CharField(max_length=16, blank=True, help_text="local or slurm")
     slurm_job_id = models.CharField(max_length=32, blank=True, db_index=True)
     node = models.CharField(max_length=255, blank=True)

@@ -8,21 +8,23 @@ metrics x 5 policies x 50 runs x 1,000 steps at lab scale, ``bench/scale.py``). 
 
 Life of a pack (PostgreSQL only; elsewhere :func:`packs_enabled` is False):
 
-- The status sync packs the series of each run it sees finish
-  (:func:`packs_build_runs`, ``scheduler.service.sync``).
+- Each status sync tick packs every series of a few finished runs not yet marked
+  ``Run.series_packed`` and marks them (:func:`packs_sweep`,
+  ``scheduler.tasks.runs_sync``): runs that just finished, were cancelled, got late
+  points, or finished before packing existed.
 - :func:`series_packs` returns the packs of the series asked for. It builds the missing
   ones of the series it may build (the caller passes those of finished runs: a running
-  run's series change every step) in one statement, and returns them too: runs that
-  finished elsewhere (cancelled, or before this existed) and runs with late points.
+  run's series change every step) in one statement, and returns them too: for the
+  seconds until the sweep gets to a run.
 - Ingestion calls :func:`ingest_lock` at the start of its transaction and
-  :func:`packs_drop` when it wrote new points: the run's packs are gone in the same
-  transaction, so a pack never outlives a change of its series.
-- The race between the two: a builder first takes the run's advisory lock
-  ``(PACK_LOCK_CLASS, run id)`` exclusively, without waiting (a run whose ingestion is in
-  flight is skipped and read from the points this time), in its own transaction. Its
-  next statement's snapshot then holds every ingestion that committed before, and an
-  ingestion that starts meanwhile waits on its shared lock until the builder commits,
-  then deletes what it built.
+  :func:`packs_drop` when it wrote new points: the run's packs are gone, and its mark
+  cleared, in the same transaction, so a pack never outlives a change of its series.
+- The race between a builder and ingestion: the builder first takes the run's advisory
+  lock ``(PACK_LOCK_CLASS, run id)`` exclusively, without waiting (a run whose ingestion
+  is in flight is skipped: read from the points, swept later), in its own transaction,
+  which also sets the sweep's mark. Its next statement's snapshot then holds every
+  ingestion that committed before, and an ingestion that starts meanwhile waits on its
+  shared lock until the builder commits, then deletes what it built and clears the mark.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from collections.abc import Collection, Sequence
 
 from django.db import connection, transaction
 
-from webapp.experiments.models import MetricPoint, MetricSeries, SeriesPack
+from webapp.experiments.models import MetricPoint, MetricSeries, Run, SeriesPack
 
 PACK_LOCK_CLASS = 0x4D524C50
 """The namespace ("MRLP") of the runs' pack locks: advisory lock (this, run id)."""
@@ -57,11 +59,13 @@ def ingest_lock(run_id: int) -> None:
 
 
 def packs_drop(run_id: int) -> None:
-    """Delete the run's packs (in the caller's transaction)."""
+    """Delete the run's packs and clear its ``series_packed`` mark (in the caller's
+    transaction, which holds :func:`ingest_lock`)."""
     if not packs_enabled():
         return
     with connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM {_table(SeriesPack)} WHERE run_id = %s", [run_id])
+    Run.objects.filter(pk=run_id, series_packed=True).update(series_packed=False)
 
 
 _READ_SQL = """
@@ -126,34 +130,61 @@ def series_packs(series_ids: Sequence[int], buildable: Collection[int]) -> dict[
     return found
 
 
-def packs_build_runs(run_ids: Sequence[int]) -> int:
-    """Pack every series of ``run_ids`` that has no pack (the status sync calls this for
-    the runs that just finished); the number built. A run whose ingestion is in flight is
-    skipped: the first comparison packs it."""
-    if not packs_enabled() or not run_ids:
-        return 0
-    series_ids = list(
-        MetricSeries.objects.filter(run_id__in=run_ids, pack__isnull=True).values_list(
-            "id", flat=True
-        )
+def packs_sweep(max_runs: int) -> tuple[int, int]:
+    """Pack every series of up to ``max_runs`` finished runs not marked
+    ``series_packed`` (newest first) and mark them; (runs packed, series built). A run
+    whose ingestion is in flight is left for the next sweep."""
+    if not packs_enabled() or max_runs <= 0:
+        return 0, 0
+    run_ids = (
+        Run.objects.filter(state__in=Run.TERMINAL_STATES, series_packed=False)
+        .order_by("-pk")
+        .values_list("pk", flat=True)[:max_runs]
     )
-    return len(_build(series_ids)) if series_ids else 0
+    runs = series = 0
+    for run_id in list(run_ids):
+        built = _pack_run(run_id)
+        if built is not None:
+            runs, series = runs + 1, series + built
+    return runs, series
+
+
+def _pack_run(run_id: int) -> int | None:
+    """Pack the run's series that have no pack and mark the run, in one transaction that
+    holds the run's pack lock; the number built, or None when the lock is taken."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [PACK_LOCK_CLASS, run_id])
+            if not cursor.fetchone()[0]:
+                return None
+            cursor.execute(SERIES_SCAN_SETTINGS_SQL)
+        series_ids = list(
+            MetricSeries.objects.filter(run_id=run_id, pack__isnull=True).values_list(
+                "id", flat=True
+            )
+        )
+        built = _fetch(_build_sql(), {"ids": series_ids}) if series_ids else []
+        Run.objects.filter(pk=run_id).update(series_packed=True)
+    return len(built)
+
+
+def _build_sql() -> str:
+    return _BUILD_SQL.format(
+        packs=_table(SeriesPack), series=_table(MetricSeries), points=_table(MetricPoint)
+    )
 
 
 def _build(series_ids: list[int]) -> dict[int, Packed]:
-    names = {
-        "packs": _table(SeriesPack),
-        "series": _table(MetricSeries),
-        "points": _table(MetricPoint),
-    }
+    """Pack those of ``series_ids`` whose run's pack lock this transaction gets."""
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(SERIES_SCAN_SETTINGS_SQL)
             cursor.execute(
-                _LOCK_SQL.format(**names), {"ids": series_ids, "lock_class": PACK_LOCK_CLASS}
+                _LOCK_SQL.format(series=_table(MetricSeries)),
+                {"ids": series_ids, "lock_class": PACK_LOCK_CLASS},
             )
             locked = [row[0] for row in cursor.fetchall()]
         if not locked:
             return {}
-        rows = _fetch(_BUILD_SQL.format(**names), {"ids": locked})
+        rows = _fetch(_build_sql(), {"ids": locked})
     return {pk: (bytes(steps), bytes(values)) for pk, steps, values in rows}

@@ -1,4 +1,5 @@
-"""Packed copies of finished series (:class:`SeriesPack`), read by comparisons.
+"""Packed copies of finished series (:class:`SeriesPack`), read by comparisons, and the
+run's ``series_packed`` hint for the beat's packing sweep.
 
 On PostgreSQL the two byte strings are stored out of line (TOAST) without compression:
 random float8 values do not compress, and reading them back needs no decompression.
@@ -57,5 +58,14 @@ class Migration(migrations.Migration):
         ),
         migrations.RunPython(
             _storage("EXTERNAL"), reverse_code=migrations.RunPython.noop, elidable=False
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="series_packed",
+            field=models.BooleanField(
+                default=False,
+                help_text="every series of this finished run has its SeriesPack (a hint for "
+                "the beat's packing sweep; ingestion clears it when it writes new points)",
+            ),
         ),
     ]
