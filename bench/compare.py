@@ -7,15 +7,15 @@ Drops and recreates the database named in ``DATABASE_URL`` (its name must contai
 "bench"), migrates it, creates 4 experiments (standalone, prp, xgrpo, sgt; 13/13/12/12
 seeds = 50 runs) of a 4-policy pool through the real services, and fills every run x
 policy x metric with 2,000 steps in one ``generate_series`` statement (then ``VACUUM
-ANALYZE``). The runs are marked completed, as runs one compares are: the first
-comparison reads their points and builds the series' packed copies
-(webapp.experiments.series_packs), later ones read those. Then, for group_by=regime,
-all 8 metrics and 4 policies, 500 buckets:
+ANALYZE``). The runs are marked completed, as runs one compares are; the status sync's
+sweep packs their series (webapp.experiments.series_packs), and comparisons read the
+packs. Then, for group_by=regime, all 8 metrics and 4 policies, 500 buckets:
 
 - in-process: :func:`webapp.compare.data.comparison_build` (the SQL and numpy part) and
   the JSON encoding, p50/p95 over ``--reps`` repetitions after a warm-up, for x = step
   and rollouts, smoothing off and on; and the compare page's default of two metrics
-  (val/reward@1, train/reward_mean: 800,000 points); and first reads (no packs yet);
+  (val/reward@1, train/reward_mean: 800,000 points); first two cases with no packs yet
+  (read from the points), then the sweep, timed;
 - over HTTP: ``GET /api/v1/compare`` through gunicorn (2 sync workers), same cases,
   ``--http-reps`` each, and the summary table of val/reward@1;
 - the PDF export (``/compare/export.pdf``, two columns) and the figure bundle
@@ -31,7 +31,6 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,17 +126,8 @@ def query(run_ids: list[int], **extra: Any) -> dict[str, Any]:
     }
 
 
-def packs_drop(url: str) -> None:
-    """Forget every series pack: the next comparison reads the points and builds them."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE experiments_seriespack")
-
-
-def in_process(
-    params: dict[str, Any], reps: int, before_each: Callable[[], None] | None = None
-) -> tuple[list[float], list[float], int]:
-    """Build times, JSON-encode times, reply size in bytes (``before_each`` runs before
-    every build, untimed)."""
+def in_process(params: dict[str, Any], reps: int) -> tuple[list[float], list[float], int]:
+    """Build times, JSON-encode times, reply size in bytes."""
     from django.contrib.auth.models import User
     from django.http import QueryDict
 
@@ -152,8 +142,6 @@ def in_process(
     user = User.objects.get(username="bench")
     builds, encodes, size = [], [], 0
     for _ in range(reps + 1):  # the first is a warm-up
-        if before_each is not None:
-            before_each()
         started = time.perf_counter()
         spec = ComparisonSpec.from_query(query_dict)
         comparison = comparison_build(spec=spec, runs=runs_for_spec(user, spec))
@@ -203,15 +191,20 @@ def main() -> None:
     ]
     rows: list[tuple[str, ...]] = []
     page_default = {"x": "step", "smooth": "0.6", "metric": list(METRICS[:2])}
-    first_read = [
-        ("first read: x=step, no smoothing (reads the points, builds the packs)", {"x": "step"}),
-        ("first read: 2 metrics, x=step, EMA 0.6", page_default),
+    not_packed = [
+        ("not packed yet: x=step, no smoothing (reads the points)", {"x": "step"}),
+        ("not packed yet: 2 metrics, x=step, EMA 0.6", page_default),
     ]
-    for label, extra in first_read:
-        drop = lambda: packs_drop(url)  # noqa: E731 - every build is a first read
-        builds, encodes, size = in_process(query(run_ids, **extra), args.reps, before_each=drop)
+    for label, extra in not_packed:
+        builds, encodes, size = in_process(query(run_ids, **extra), args.reps)
         rows.append((label, ms(builds), ms(encodes), f"{size / 1e6:.1f} MB"))
         print(rows[-1], flush=True)
+    from webapp.experiments.series_packs import packs_sweep
+
+    started = time.perf_counter()
+    swept, series = packs_sweep(max_runs=len(run_ids))  # what the status sync does
+    print(f"the sync's sweep packed {series:,} series of {swept} runs in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
     for label, extra in [*cases, ("2 metrics (the page's default), x=step, EMA 0.6", page_default)]:
         builds, encodes, size = in_process(query(run_ids, **extra), args.reps)
         rows.append((label, ms(builds), ms(encodes), f"{size / 1e6:.1f} MB"))

@@ -26,11 +26,11 @@ page after one warm-up, each on a different random run or page where the page ta
 - the run page: its HTML, and the requests its script makes on load (keys, every series
   downsampled to 2,000 points, the 5-s incremental poll, status, transfer log and matrix);
 - a 50-run comparison: the compare page and its data request (the page's default of 2
-  metrics, and 8 metrics), and the summary table. The runs are finished, so the first
-  comparison that reads a series builds its packed copy (webapp.experiments.series_packs)
-  and later ones read that: first reads are measured apart, on 50 runs none of whose
-  series of those metrics was read before (the packs are dropped at the start). Last,
-  the status sync's packing sweep over every finished run, timed from no packs.
+  metrics, and 8 metrics), and the summary table. Most runs are finished: the status
+  sync's sweep packs their series (webapp.experiments.series_packs), which comparisons
+  then read. So the two data requests are measured first with no packs (as in the
+  seconds before the sweep reaches a run), then the sweep over every finished run is
+  timed, then everything else runs with packs.
 
 Also: database size, total and per million points. Prints markdown for bench/RESULTS.md.
 """
@@ -260,6 +260,7 @@ def session_for(username: str) -> str:
 
 
 Params = dict[str, Any]
+Case = tuple[str, Callable[[], tuple[str, Params]]]
 
 
 def timed(
@@ -282,71 +283,58 @@ def timed(
 
 def cases(
     run_ids: list[int], sharing_run_ids: list[int], experiment_ids: list[int]
-) -> list[tuple[str, Callable, int | None]]:
-    """(label, () -> (path, params), requests or None for ``--reps``) for every page and
-    request measured; the transfer requests go to runs of a sharing regime (standalone
-    runs have no events).
-
-    The comparisons' first reads come first: each goes to 50 runs none of whose series
-    of those metrics was read before (10 disjoint sets: a warm-up and 9 requests), so it
-    builds their packs (webapp.experiments.series_packs). The other comparisons then
-    read packs, as every later look at finished runs does."""
+) -> tuple[list[Case], list[Case]]:
+    """(label, () -> (path, params)) for every page and request measured: the
+    comparisons measured before the sweep packs the runs, and the rest. The transfer
+    requests go to runs of a sharing regime (standalone runs have no events)."""
     rng = random.Random(7)
-    shuffled = rng.sample(run_ids, len(run_ids))
-    disjoint = [shuffled[i : i + 50] for i in range(0, len(shuffled) - 49, 50)]
-
-    def fresh_fifty(sets: list[list[int]]) -> Callable[[], str]:
-        remaining = iter(sets)
-        return lambda: ",".join(map(str, next(remaining)))
-
-    first_two, first_eight = fresh_fifty(disjoint), fresh_fifty(disjoint)
-    first_reps = len(disjoint) - 1
     one = lambda: rng.choice(run_ids)  # noqa: E731 - a tiny local helper
     sharing = lambda: rng.choice(sharing_run_ids)  # noqa: E731
     all_keys = {"max_points": "2000"}
     fifty = lambda: ",".join(map(str, rng.sample(run_ids, 50)))  # noqa: E731
     compare_query = {"group_by": "regime", "x": "step", "smooth": "0.6"}
-    never_read = list(KEYS[8:10])  # no other case asks for these
-    return [
-        ("compare data, 50 runs, 2 metrics, first read (builds their packs)",
-         lambda: ("/api/v1/compare", {"runs": first_two(), **compare_query,
-                                      "metric": never_read}), first_reps),
-        ("compare data, 50 runs, 8 metrics, first read (builds their packs)",
-         lambda: ("/api/v1/compare", {"runs": first_eight(), **compare_query,
-                                      "metric": list(KEYS[:8])}), first_reps),
-        ("dashboard", lambda: ("/", {}), None),
-        ("experiment list, page 1", lambda: ("/experiments/", {}), None),
+    unpacked = [
+        ("compare data, 50 runs, 2 metrics, not packed yet",
+         lambda: ("/api/v1/compare", {"runs": fifty(), **compare_query,
+                                      "metric": ["val/reward@1", "train/reward_mean"]})),
+        ("compare data, 50 runs, 8 metrics, not packed yet",
+         lambda: ("/api/v1/compare", {"runs": fifty(), **compare_query,
+                                      "metric": list(KEYS[:8])})),
+    ]  # fmt: skip
+    return unpacked, [
+        ("dashboard", lambda: ("/", {})),
+        ("experiment list, page 1", lambda: ("/experiments/", {})),
         ("experiment list, deep page",
-         lambda: ("/experiments/", {"page": rng.randint(2, 4)}), None),
-        ("run list, page 1", lambda: ("/runs/", {}), None),
-        ("run list, deep page", lambda: ("/runs/", {"page": rng.randint(5, 10)}), None),
-        ("run list, sorted by state", lambda: ("/runs/", {"sort": "state"}), None),
+         lambda: ("/experiments/", {"page": rng.randint(2, 4)})),
+        ("run list, page 1", lambda: ("/runs/", {})),
+        ("run list, deep page", lambda: ("/runs/", {"page": rng.randint(5, 10)})),
+        ("run list, sorted by state", lambda: ("/runs/", {"sort": "state"})),
         ("run list, filtered (regime=sgt, state=completed)",
-         lambda: ("/runs/", {"regime": "sgt", "state": "completed"}), None),
-        ("experiment page", lambda: (f"/experiments/{rng.choice(experiment_ids)}/", {}), None),
-        ("run page (HTML)", lambda: (f"/runs/{one()}/", {}), None),
-        ("run page: keys (100 series)", lambda: (f"/api/v1/runs/{one()}/keys", {}), None),
+         lambda: ("/runs/", {"regime": "sgt", "state": "completed"})),
+        ("experiment page", lambda: (f"/experiments/{rng.choice(experiment_ids)}/", {})),
+        ("run page (HTML)", lambda: (f"/runs/{one()}/", {})),
+        ("run page: keys (100 series)", lambda: (f"/api/v1/runs/{one()}/keys", {})),
         ("run page: every series, <=2,000 points each (100k points)",
-         lambda: (f"/api/v1/runs/{one()}/series", all_keys), None),
+         lambda: (f"/api/v1/runs/{one()}/series", all_keys)),
         ("run page: one metric, 5 policies",
-         lambda: (f"/api/v1/runs/{one()}/series", {"key": "val/reward@1", **all_keys}), None),
+         lambda: (f"/api/v1/runs/{one()}/series", {"key": "val/reward@1", **all_keys})),
         ("run page: 5-s poll (after_step, every series)",
-         lambda: (f"/api/v1/runs/{one()}/series", {"after_step": STEPS - 2, **all_keys}), None),
-        ("run page: status", lambda: (f"/api/v1/runs/{one()}/status", {}), None),
+         lambda: (f"/api/v1/runs/{one()}/series", {"after_step": STEPS - 2, **all_keys})),
+        ("run page: status", lambda: (f"/api/v1/runs/{one()}/status", {})),
         ("run page: transfer log (50 rows)",
-         lambda: (f"/api/v1/runs/{sharing()}/events", {"limit": 50}), None),
+         lambda: (f"/api/v1/runs/{sharing()}/events", {"limit": 50})),
         ("run page: transfer matrix",
-         lambda: (f"/api/v1/runs/{sharing()}/events/summary", {}), None),
-        ("compare page (HTML), 50 runs", lambda: ("/compare/", {"runs": fifty()}), None),
+         lambda: (f"/api/v1/runs/{sharing()}/events/summary", {})),
+        ("compare page (HTML), 50 runs", lambda: ("/compare/", {"runs": fifty()})),
         ("compare data, 50 runs, 2 metrics (page default)",
          lambda: ("/api/v1/compare", {"runs": fifty(), **compare_query,
-                                      "metric": ["val/reward@1", "train/reward_mean"]}), None),
+                                      "metric": ["val/reward@1", "train/reward_mean"]})),
         ("compare data, 50 runs, 8 metrics",
          lambda: ("/api/v1/compare", {"runs": fifty(), **compare_query,
-                                      "metric": list(KEYS[:8])}), None),
+                                      "metric": list(KEYS[:8])})),
         ("compare summary, 50 runs",
          lambda: ("/api/v1/compare/summary", {"runs": fifty(), "group_by": "regime",
-                                       "metric": "val/reward@1"}), None),
+                                       "metric": "val/reward@1"})),
     ]  # fmt: skip
 
 
@@ -369,7 +357,7 @@ def main() -> None:
 
         django.setup()
         print(f"reusing {POINTS:,} points", flush=True)
-        packs_forget(url)  # the first reads build them
+        packs_forget(url)  # the first comparisons are measured without packs
     else:
         env = fresh_app_database("scale")
         fill(url, build_lab())
@@ -387,8 +375,11 @@ def main() -> None:
         session = requests.Session()
         session.cookies.set("sessionid", session_for("user00"))
         base = f"http://127.0.0.1:{port}"
-        for label, make, reps in cases(run_ids, sharing_run_ids, experiment_ids):
-            times, size = timed(session, base, make, reps or args.reps)
+        unpacked, packed = cases(run_ids, sharing_run_ids, experiment_ids)
+        for index, (label, make) in enumerate([*unpacked, *packed]):
+            if index == len(unpacked):  # the status sync's sweep, timed from no packs
+                swept_runs, swept_series, sweep_seconds = sweep_timed(url)
+            times, size = timed(session, base, make, args.reps)
             p50, p95 = percentile(times, 0.5) * 1000, percentile(times, 0.95) * 1000
             rows.append((label, p50, p95, size))
             print(f"{label}: p50 {p50:,.0f} ms, p95 {p95:,.0f} ms, {size / 1e3:,.0f} kB",
@@ -397,7 +388,6 @@ def main() -> None:
         server.terminate()
         server.wait()
 
-    swept_runs, swept_series, sweep_seconds = sweep_timed(url)
     points = point_count(url)
     with psycopg.connect(url) as conn:
         packs, pack_bytes = conn.execute(

@@ -242,6 +242,12 @@ def _assert_same_buckets(a: data.Buckets, b: data.Buckets) -> None:
     np.testing.assert_allclose(a.value, b.value, rtol=1e-9, atol=1e-12)
 
 
+def _finish(runs: list[Run]) -> list[Run]:
+    """Mark ``runs`` completed; fresh copies."""
+    Run.objects.filter(pk__in=[run.pk for run in runs]).update(state=Run.State.COMPLETED)
+    return list(Run.objects.filter(pk__in=[run.pk for run in runs]).order_by("pk"))
+
+
 @pytest.mark.parametrize(("size", "window"), [(17, None), (413, None), (37, (50, 200))])
 def test_packed_series_give_the_reference_buckets(
     messy: list[int], size: int, window: tuple[int, int] | None
@@ -249,35 +255,32 @@ def test_packed_series_give_the_reference_buckets(
     lo, hi = window or data.step_range(messy)
     size = min(size, hi - lo + 1)
     python = data.buckets_portable(messy, lo, hi, size)
-    built = data.buckets_postgres(messy, lo, hi, size, wall=False, buildable=messy)
+    _finish(list(Run.objects.filter(series__id__in=messy).distinct()))
+    assert series_packs.packs_sweep(max_runs=10) == (3, 6)
     assert SeriesPack.objects.filter(series_id__in=messy).count() == len(messy)
     # The packs are what is read now: the points themselves could go.
     MetricPoint.objects.filter(series_id__in=messy).delete()
-    read = data.buckets_postgres(messy, lo, hi, size, wall=False, buildable=messy)
+    read = data.buckets_postgres(messy, lo, hi, size, wall=False)
     for pk in messy:
-        _assert_same_buckets(built[pk], python[pk])
         _assert_same_buckets(read[pk], python[pk])
         assert np.isnan(read[pk].wall).all()
 
 
-def test_only_finished_runs_get_packs_and_the_comparison_is_unchanged(
+def test_reading_never_packs_and_packs_leave_the_comparison_unchanged(
     four_runs: list[Run],
 ) -> None:
-    unpacked = build(four_runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
-    assert not SeriesPack.objects.exists()
-    finished = [four_runs[0], four_runs[2]]
-    Run.objects.filter(pk__in=[run.pk for run in finished]).update(state=Run.State.COMPLETED)
-    for run in four_runs:
-        run.refresh_from_db()
-    packed = build(four_runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
+    finished = _finish([four_runs[0], four_runs[2]])
+    runs = sorted(four_runs, key=lambda run: run.pk)
+    unpacked = build(runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
+    assert not SeriesPack.objects.exists()  # a GET never writes
+    assert series_packs.packs_sweep(max_runs=10) == (2, 2)  # only the finished runs
     assert set(SeriesPack.objects.values_list("run_id", flat=True)) == {r.pk for r in finished}
-    again = build(four_runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
-    for comparison in (packed, again):
-        for group in ("sgt", "standalone"):
-            a = trace(unpacked, "llama", TRAIN, group)
-            b = trace(comparison, "llama", TRAIN, group)
-            for name in ("x", "mean", "lower", "upper", "raw_mean"):
-                np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-12)
+    packed = build(runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
+    for group in ("sgt", "standalone"):
+        a = trace(unpacked, "llama", TRAIN, group)
+        b = trace(packed, "llama", TRAIN, group)
+        for name in ("x", "mean", "lower", "upper", "raw_mean"):
+            np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-12)
 
 
 def _ingest_body(steps: range, value: float) -> bytes:
@@ -292,20 +295,23 @@ def test_new_points_drop_the_runs_packs_and_reach_the_next_comparison(alice: Use
     late, other = make_runs(alice, "sgt")
     for run in (late, other):
         metrics_ingest(run=run, batch=parse_batch(_ingest_body(range(10), 1.0)))
-    Run.objects.filter(pk__in=[late.pk, other.pk]).update(state=Run.State.COMPLETED)
-    runs = list(Run.objects.filter(pk__in=[late.pk, other.pk]).order_by("pk"))
-    build(runs, metric=TRAIN, policy="llama", buckets=20)
-    assert SeriesPack.objects.count() == 2
+    runs = _finish([late, other])
+    assert series_packs.packs_sweep(max_runs=10) == (2, 2)
     # A replay changes nothing and keeps the packs; a late batch with new steps drops
-    # the packs of its run only.
+    # the packs of its run only, and its mark.
     metrics_ingest(run=late, batch=parse_batch(_ingest_body(range(10), 1.0)))
     assert SeriesPack.objects.count() == 2
     metrics_ingest(run=late, batch=parse_batch(_ingest_body(range(10, 20), 5.0)))
     assert list(SeriesPack.objects.values_list("run_id", flat=True)) == [other.pk]
+    assert not Run.objects.get(pk=late.pk).series_packed
+    assert Run.objects.get(pk=other.pk).series_packed
     comparison = build(runs, metric=TRAIN, policy="llama", buckets=20)
     late_curve = trace(comparison, "llama", TRAIN, "sgt")
     assert late_curve.x[-1] == 19 and late_curve.raw_mean[-1] == pytest.approx(5.0)
-    assert SeriesPack.objects.count() == 2
+    assert series_packs.packs_sweep(max_runs=10) == (1, 1)
+    assert data.buckets_postgres(
+        [SeriesPack.objects.get(run=late).series_id], 0, 19, 20, wall=False
+    ).popitem()[1].value[-1] == pytest.approx(5.0)
 
 
 def _other_session() -> psycopg.Connection:
@@ -320,27 +326,12 @@ def _other_session() -> psycopg.Connection:
     )
 
 
-def test_a_run_whose_ingestion_is_in_flight_is_not_packed(alice: User) -> None:
-    busy, free = make_runs(alice, "sgt")
-    ids = [add_series(run, "llama", TRAIN, range(5), float) for run in (busy, free)]
-    # Another session holds the busy run's lock as an ingestion transaction does.
-    with _other_session() as other:
-        other.execute(
-            "SELECT pg_advisory_xact_lock_shared(%s, %s)", [series_packs.PACK_LOCK_CLASS, busy.pk]
-        )
-        packs = series_packs.series_packs(ids, buildable=ids)
-        assert list(packs) == [ids[1]]
-        buckets = data.buckets_postgres(ids, 0, 4, 5, wall=False, buildable=ids)
-        np.testing.assert_allclose(buckets[ids[0]].value, np.arange(5.0))  # from the points
-        other.rollback()
-    assert sorted(series_packs.series_packs(ids, buildable=ids)) == sorted(ids)
-
-
 def test_the_sweep_skips_a_run_whose_ingestion_is_in_flight(alice: User) -> None:
     busy, free = make_runs(alice, "sgt")
     for run in (busy, free):
         add_series(run, "llama", TRAIN, range(5), float)
-    Run.objects.filter(pk__in=[busy.pk, free.pk]).update(state=Run.State.COMPLETED)
+    _finish([busy, free])
+    # Another session holds the busy run's lock as an ingestion transaction does.
     with _other_session() as other:
         other.execute(
             "SELECT pg_advisory_xact_lock_shared(%s, %s)", [series_packs.PACK_LOCK_CLASS, busy.pk]

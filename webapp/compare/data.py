@@ -9,9 +9,9 @@ Reading, in a few statements whatever the number of runs (PostgreSQL):
    as ``width_bucket(step, lo, hi + 1, G) - 1``, without float rounding at the edges);
 3. the points of those series in [lo, hi] as packed binary columns, one row per
    series (an index-only scan). A series of a finished run is read instead from its
-   packed copy (:mod:`webapp.experiments.series_packs`, built by the first comparison
-   that reads it; about 6x faster), except on the wall-time axis, which needs the
-   points' wall times. numpy then takes per (series, bucket) the mean step,
+   packed copy where the status sync has made one (:mod:`webapp.experiments.series_packs`;
+   about 6x faster), except on the wall-time axis, which needs the points' wall times.
+   numpy then takes per (series, bucket) the mean step,
    the mean value (``sum(value) / count``: a NaN or an infinity in the bucket
    propagates) and, for the wall-time axis, the mean and minimum of the known wall times.
 
@@ -42,12 +42,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import psycopg
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection, transaction
 from django.http import Http404
@@ -244,21 +243,14 @@ def step_range(series_ids: Sequence[int]) -> tuple[int, int] | None:
 
 
 def buckets_postgres(
-    series_ids: Sequence[int],
-    lo: int,
-    hi: int,
-    size: int,
-    *,
-    wall: bool = True,
-    buildable: Collection[int] = (),
+    series_ids: Sequence[int], lo: int, hi: int, size: int, *, wall: bool = True
 ) -> dict[int, Buckets]:
     """Per series, its bucket means on the grid (wall times only with ``wall``; NaN
-    otherwise). Without wall times a series is read from its pack where it has one, or
-    gets one built where it is in ``buildable``
-    (:func:`webapp.experiments.series_packs.series_packs`); the rest from the points, in
-    one statement."""
+    otherwise). Without wall times a series is read from its pack where it has one
+    (:mod:`webapp.experiments.series_packs`); the rest from the points, in one
+    statement."""
     found = {pk: empty_buckets(size) for pk in series_ids}
-    packed = {} if wall else series_packs.series_packs(series_ids, buildable)
+    packed = {} if wall else series_packs.series_packs(series_ids)
     rows: list[tuple[int, bytes, bytes, bytes | None]] = [
         (pk, steps, values, None) for pk, (steps, values) in packed.items()
     ]
@@ -269,13 +261,10 @@ def buckets_postgres(
             points=_table(MetricPoint), wall_column=_WALL_COLUMN if wall else ""
         )
         with transaction.atomic():
-            with connection.cursor() as django_cursor:
-                django_cursor.execute(series_packs.SERIES_SCAN_SETTINGS_SQL)
-            # psycopg's own (server-side binding) cursor, on Django's connection and
-            # transaction: Django's client-side cursors cannot ask for binary results.
-            with psycopg.Cursor(connection.connection) as cursor:
-                cursor.execute(sql, params, binary=True)
-                rows += [(row[0], row[1], row[2], row[3] if wall else None) for row in cursor]
+            with connection.cursor() as cursor:
+                cursor.execute(series_packs.SERIES_SCAN_SETTINGS_SQL)
+            for row in series_packs.binary_rows(sql, params):
+                rows.append((row[0], row[1], row[2], row[3] if wall else None))
     for series_id, step_bytes, value_bytes, wall_bytes in rows:
         steps = np.frombuffer(step_bytes, dtype=">i4").astype(np.int64)
         values = np.frombuffer(value_bytes, dtype=">f8").astype(float)
@@ -357,16 +346,10 @@ def buckets_portable(series_ids: Sequence[int], lo: int, hi: int, size: int) -> 
 
 
 def load_buckets(
-    series_ids: Sequence[int],
-    lo: int,
-    hi: int,
-    size: int,
-    *,
-    wall: bool,
-    buildable: Collection[int] = (),
+    series_ids: Sequence[int], lo: int, hi: int, size: int, *, wall: bool
 ) -> dict[int, Buckets]:
     if connection.vendor == "postgresql":
-        return buckets_postgres(series_ids, lo, hi, size, wall=wall, buildable=buildable)
+        return buckets_postgres(series_ids, lo, hi, size, wall=wall)
     return buckets_portable(series_ids, lo, hi, size)
 
 
@@ -449,12 +432,7 @@ def comparison_build(*, spec: ComparisonSpec, runs: Sequence[Run]) -> Comparison
     lo, hi = bounds
     size = min(spec.buckets, hi - lo + 1)
     comparison.grid = size
-    # A finished run's series no longer change: they get packed copies (a read cache).
-    finished = {run.pk for run in runs if run.is_terminal}
-    buildable = {pk for (run_id, _policy, _key), pk in index.items() if run_id in finished}
-    found = load_buckets(
-        list(index.values()), lo, hi, size, wall=spec.x == "wall_time", buildable=buildable
-    )
+    found = load_buckets(list(index.values()), lo, hi, size, wall=spec.x == "wall_time")
     wall_first = _run_wall_first(index, found)
 
     # Every (panel, group, run) curve with its x; smoothed all at once below.

@@ -9,27 +9,26 @@ metrics x 5 policies x 50 runs x 1,000 steps at lab scale, ``bench/scale.py``). 
 Life of a pack (PostgreSQL only; elsewhere :func:`packs_enabled` is False):
 
 - Each status sync tick packs every series of a few finished runs not yet marked
-  ``Run.series_packed`` and marks them (:func:`packs_sweep`,
+  ``Run.series_packed``, and marks them (:func:`packs_sweep`, called by
   ``scheduler.tasks.runs_sync``): runs that just finished, were cancelled, got late
-  points, or finished before packing existed.
-- :func:`series_packs` returns the packs of the series asked for. It builds the missing
-  ones of the series it may build (the caller passes those of finished runs: a running
-  run's series change every step) in one statement, and returns them too: for the
-  seconds until the sweep gets to a run.
+  points, or finished before packing existed. A running run's series change every
+  step and are never packed.
+- Readers (:func:`series_packs`) only read: a series without a pack is read from its
+  points until the sweep gets to its run, so a GET never writes.
 - Ingestion calls :func:`ingest_lock` at the start of its transaction and
   :func:`packs_drop` when it wrote new points: the run's packs are gone, and its mark
   cleared, in the same transaction, so a pack never outlives a change of its series.
-- The race between a builder and ingestion: the builder first takes the run's advisory
-  lock ``(PACK_LOCK_CLASS, run id)`` exclusively, without waiting (a run whose ingestion
-  is in flight is skipped: read from the points, swept later), in its own transaction,
-  which also sets the sweep's mark. Its next statement's snapshot then holds every
-  ingestion that committed before, and an ingestion that starts meanwhile waits on its
-  shared lock until the builder commits, then deletes what it built and clears the mark.
+- The race between the sweep and ingestion: the sweep takes the run's advisory lock
+  ``(PACK_LOCK_CLASS, run id)`` exclusively, without waiting (a run whose ingestion is in
+  flight is left for the next tick), in the transaction that packs the run and sets its
+  mark. Its next statement's snapshot then holds every ingestion that committed before,
+  and an ingestion that starts meanwhile waits on its shared lock until the sweep
+  commits, then deletes what it built and clears the mark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from django.db import connection, transaction
 
@@ -40,6 +39,14 @@ PACK_LOCK_CLASS = 0x4D524C50
 
 Packed = tuple[bytes, bytes]
 """(steps as big-endian int4, values as big-endian float8), aligned."""
+
+SERIES_SCAN_SETTINGS_SQL = (
+    "SELECT set_config('work_mem', '64MB', true), set_config('jit', 'off', true), "
+    "set_config('enable_hashagg', 'off', true)"
+)
+"""For the rest of the transaction: stream the primary key's index in series order into a
+GroupAggregate (no hash table to build), and skip JIT, whose compiling costs more than
+it saves here."""
 
 
 def packs_enabled() -> bool:
@@ -71,12 +78,6 @@ def packs_drop(run_id: int) -> None:
 _READ_SQL = """
     SELECT series_id, steps, "values" FROM {packs} WHERE series_id = ANY(%(ids)s::bigint[])
 """
-# Those of the series whose run's pack lock this transaction got (without waiting; a
-# lock taken again by the same transaction is granted at once).
-_LOCK_SQL = """
-    SELECT id FROM {series}
-    WHERE id = ANY(%(ids)s::bigint[]) AND pg_try_advisory_xact_lock(%(lock_class)s, run_id::int)
-"""
 # Every point of each series, aggregated off the primary key's index-only scan (which
 # covers ``value``): all the aggregates of a group see its rows in the same order, so
 # the two strings line up.
@@ -92,19 +93,12 @@ _BUILD_SQL = """
     ) AS packed
     JOIN {series} AS s ON s.id = packed.series_id
     ON CONFLICT (series_id) DO NOTHING
-    RETURNING series_id, steps, "values"
 """
-SERIES_SCAN_SETTINGS_SQL = (
-    "SELECT set_config('work_mem', '64MB', true), set_config('jit', 'off', true), "
-    "set_config('enable_hashagg', 'off', true)"
-)
-"""For the rest of the transaction: stream the primary key's index in series order into a
-GroupAggregate (no hash table to build), and skip JIT, whose compiling costs more than
-it saves here."""
 
 
-def _fetch(sql: str, params: dict[str, object]) -> list[tuple]:
-    """Rows of ``sql`` in binary (bytea as bytes), on Django's connection and transaction."""
+def binary_rows(sql: str, params: dict[str, object]) -> list[tuple]:
+    """Rows of ``sql`` in binary (bytea as bytes), on Django's connection and transaction
+    (Django's own cursors bind client-side and cannot ask for binary results)."""
     import psycopg
 
     connection.ensure_connection()
@@ -113,21 +107,13 @@ def _fetch(sql: str, params: dict[str, object]) -> list[tuple]:
         return cursor.fetchall()
 
 
-def series_packs(series_ids: Sequence[int], buildable: Collection[int]) -> dict[int, Packed]:
-    """The packs of ``series_ids`` that exist, plus those built now for the series in
-    ``buildable`` that had none (a series without points gets none). Empty where
-    :func:`packs_enabled` is False."""
+def series_packs(series_ids: Sequence[int]) -> dict[int, Packed]:
+    """The packs of those of ``series_ids`` that have one (none where
+    :func:`packs_enabled` is False)."""
     if not packs_enabled() or not series_ids:
         return {}
-    names = {"packs": _table(SeriesPack), "series": _table(MetricSeries)}
-    found = {
-        pk: (bytes(steps), bytes(values))
-        for pk, steps, values in _fetch(_READ_SQL.format(**names), {"ids": list(series_ids)})
-    }
-    wanted = [pk for pk in series_ids if pk not in found and pk in buildable]
-    if wanted:
-        found.update(_build(wanted))
-    return found
+    rows = binary_rows(_READ_SQL.format(packs=_table(SeriesPack)), {"ids": list(series_ids)})
+    return {pk: (bytes(steps), bytes(values)) for pk, steps, values in rows}
 
 
 def packs_sweep(max_runs: int) -> tuple[int, int]:
@@ -158,33 +144,19 @@ def _pack_run(run_id: int) -> int | None:
             if not cursor.fetchone()[0]:
                 return None
             cursor.execute(SERIES_SCAN_SETTINGS_SQL)
-        series_ids = list(
-            MetricSeries.objects.filter(run_id=run_id, pack__isnull=True).values_list(
-                "id", flat=True
+            series_ids = list(
+                MetricSeries.objects.filter(run_id=run_id, pack__isnull=True).values_list(
+                    "id", flat=True
+                )
             )
-        )
-        built = _fetch(_build_sql(), {"ids": series_ids}) if series_ids else []
+            built = 0
+            if series_ids:
+                sql = _BUILD_SQL.format(
+                    packs=_table(SeriesPack),
+                    series=_table(MetricSeries),
+                    points=_table(MetricPoint),
+                )
+                cursor.execute(sql, {"ids": series_ids})
+                built = cursor.rowcount
         Run.objects.filter(pk=run_id).update(series_packed=True)
-    return len(built)
-
-
-def _build_sql() -> str:
-    return _BUILD_SQL.format(
-        packs=_table(SeriesPack), series=_table(MetricSeries), points=_table(MetricPoint)
-    )
-
-
-def _build(series_ids: list[int]) -> dict[int, Packed]:
-    """Pack those of ``series_ids`` whose run's pack lock this transaction gets."""
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(SERIES_SCAN_SETTINGS_SQL)
-            cursor.execute(
-                _LOCK_SQL.format(series=_table(MetricSeries)),
-                {"ids": series_ids, "lock_class": PACK_LOCK_CLASS},
-            )
-            locked = [row[0] for row in cursor.fetchall()]
-        if not locked:
-            return {}
-        rows = _fetch(_build_sql(), {"ids": locked})
-    return {pk: (bytes(steps), bytes(values)) for pk, steps, values in rows}
+    return built
