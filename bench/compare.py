@@ -94,7 +94,7 @@ def setup(url: str) -> tuple[list[int], str]:
         }
         experiment = services.experiment_create(owner=user, config=config, seeds=list(range(seeds)))
         run_ids += [run.pk for run in services.runs_create(experiment)]
-    # Runs one compares are done: their series get packed copies on first read.
+    # Runs one compares are done: the status sync's sweep packs their series.
     Run.objects.filter(pk__in=run_ids).update(state=Run.State.COMPLETED)
     started = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:

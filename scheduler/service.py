@@ -252,7 +252,7 @@ def pack_finished_runs() -> int:
     """Pack the series of a few finished runs that are not all packed yet
     (``PACK_RUNS_PER_SYNC``; :func:`webapp.experiments.series_packs.packs_sweep`), so
     that comparisons read packs. A read cache: a failure is logged, the next tick tries
-    again, and a comparison packs what it needs meanwhile. The number of runs packed."""
+    again, and comparisons read the points meanwhile. The number of runs packed."""
     try:
         runs, series = series_packs.packs_sweep(settings.PACK_RUNS_PER_SYNC)
     except DatabaseError as exc:

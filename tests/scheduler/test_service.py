@@ -94,7 +94,7 @@ def _ingest(run: Run, steps: range) -> None:
 
 def _packed(run: Run) -> list[tuple[str, int]]:
     """(policy, points) of the run's packs."""
-    packs = SeriesPack.objects.filter(run=run).order_by("series__policy")
+    packs = SeriesPack.objects.filter(series__run=run).order_by("series__policy")
     return [(pack.series.policy, len(pack.steps) // 4) for pack in packs]
 
 

@@ -274,7 +274,8 @@ def test_reading_never_packs_and_packs_leave_the_comparison_unchanged(
     unpacked = build(runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
     assert not SeriesPack.objects.exists()  # a GET never writes
     assert series_packs.packs_sweep(max_runs=10) == (2, 2)  # only the finished runs
-    assert set(SeriesPack.objects.values_list("run_id", flat=True)) == {r.pk for r in finished}
+    packed_runs = SeriesPack.objects.values_list("series__run_id", flat=True)
+    assert set(packed_runs) == {r.pk for r in finished}
     packed = build(runs, metric=TRAIN, policy="llama", buckets=10, smooth=0.5)
     for group in ("sgt", "standalone"):
         a = trace(unpacked, "llama", TRAIN, group)
@@ -302,7 +303,7 @@ def test_new_points_drop_the_runs_packs_and_reach_the_next_comparison(alice: Use
     metrics_ingest(run=late, batch=parse_batch(_ingest_body(range(10), 1.0)))
     assert SeriesPack.objects.count() == 2
     metrics_ingest(run=late, batch=parse_batch(_ingest_body(range(10, 20), 5.0)))
-    assert list(SeriesPack.objects.values_list("run_id", flat=True)) == [other.pk]
+    assert list(SeriesPack.objects.values_list("series__run_id", flat=True)) == [other.pk]
     assert not Run.objects.get(pk=late.pk).series_packed
     assert Run.objects.get(pk=other.pk).series_packed
     comparison = build(runs, metric=TRAIN, policy="llama", buckets=20)
@@ -310,7 +311,7 @@ def test_new_points_drop_the_runs_packs_and_reach_the_next_comparison(alice: Use
     assert late_curve.x[-1] == 19 and late_curve.raw_mean[-1] == pytest.approx(5.0)
     assert series_packs.packs_sweep(max_runs=10) == (1, 1)
     assert data.buckets_postgres(
-        [SeriesPack.objects.get(run=late).series_id], 0, 19, 20, wall=False
+        [SeriesPack.objects.get(series__run=late).series_id], 0, 19, 20, wall=False
     ).popitem()[1].value[-1] == pytest.approx(5.0)
 
 
@@ -341,7 +342,7 @@ def test_the_sweep_skips_a_run_whose_ingestion_is_in_flight(alice: User) -> None
     assert Run.objects.get(pk=free.pk).series_packed
     assert not Run.objects.get(pk=busy.pk).series_packed
     assert series_packs.packs_sweep(max_runs=10) == (1, 1)
-    assert SeriesPack.objects.filter(run=busy).count() == 1
+    assert SeriesPack.objects.filter(series__run=busy).count() == 1
     assert series_packs.packs_sweep(max_runs=10) == (0, 0)
 
 

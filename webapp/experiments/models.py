@@ -319,8 +319,8 @@ class MetricPoint(models.Model):
 
 class SeriesPack(models.Model):
     """A copy of one series' points as two byte strings: big-endian int4 steps and float8
-    values (NaN for a NULL), aligned, not necessarily in step order. Built when a
-    comparison reads a series of a finished run; ingestion deletes a run's packs in the
+    values (NaN for a NULL), aligned, not necessarily in step order. Built by the status
+    sync's sweep for the series of finished runs; ingestion deletes a run's packs in the
     transaction that writes new points to it (:mod:`webapp.experiments.series_packs`).
     On PostgreSQL both columns are stored out of line and uncompressed (migration 0003).
     """
@@ -328,7 +328,6 @@ class SeriesPack(models.Model):
     series = models.OneToOneField(
         MetricSeries, on_delete=models.CASCADE, primary_key=True, related_name="pack"
     )
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series_packs")
     steps = models.BinaryField()
     values = models.BinaryField()
 

@@ -66,13 +66,20 @@ def ingest_lock(run_id: int) -> None:
 
 
 def packs_drop(run_id: int) -> None:
-    """Delete the run's packs and clear its ``series_packed`` mark (in the caller's
-    transaction, which holds :func:`ingest_lock`)."""
+    """Clear the run's ``series_packed`` mark and delete its packs (in the caller's
+    transaction, which holds :func:`ingest_lock`). Only the sweep builds packs, and it
+    marks the run in the same transaction, so a run without the mark has none: a
+    running run's ingestion pays one conditional UPDATE that matches nothing."""
     if not packs_enabled():
         return
+    if not Run.objects.filter(pk=run_id, series_packed=True).update(series_packed=False):
+        return
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {_table(SeriesPack)} WHERE run_id = %s", [run_id])
-    Run.objects.filter(pk=run_id, series_packed=True).update(series_packed=False)
+        cursor.execute(
+            f"DELETE FROM {_table(SeriesPack)} WHERE series_id IN "
+            f"(SELECT id FROM {_table(MetricSeries)} WHERE run_id = %s)",
+            [run_id],
+        )
 
 
 _READ_SQL = """
@@ -82,16 +89,12 @@ _READ_SQL = """
 # covers ``value``): all the aggregates of a group see its rows in the same order, so
 # the two strings line up.
 _BUILD_SQL = """
-    INSERT INTO {packs} (series_id, run_id, steps, "values")
-    SELECT packed.series_id, s.run_id, packed.steps, packed.vals
-    FROM (
-        SELECT series_id, string_agg(int4send(step), '') AS steps,
-               string_agg(float8send(coalesce(value, 'NaN')), '') AS vals
-        FROM {points}
-        WHERE series_id = ANY(%(ids)s::bigint[])
-        GROUP BY series_id
-    ) AS packed
-    JOIN {series} AS s ON s.id = packed.series_id
+    INSERT INTO {packs} (series_id, steps, "values")
+    SELECT series_id, string_agg(int4send(step), ''),
+           string_agg(float8send(coalesce(value, 'NaN')), '')
+    FROM {points}
+    WHERE series_id = ANY(%(ids)s::bigint[])
+    GROUP BY series_id
     ON CONFLICT (series_id) DO NOTHING
 """
 
@@ -151,11 +154,7 @@ def _pack_run(run_id: int) -> int | None:
             )
             built = 0
             if series_ids:
-                sql = _BUILD_SQL.format(
-                    packs=_table(SeriesPack),
-                    series=_table(MetricSeries),
-                    points=_table(MetricPoint),
-                )
+                sql = _BUILD_SQL.format(packs=_table(SeriesPack), points=_table(MetricPoint))
                 cursor.execute(sql, {"ids": series_ids})
                 built = cursor.rowcount
         Run.objects.filter(pk=run_id).update(series_packed=True)

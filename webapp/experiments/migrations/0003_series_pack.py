@@ -46,14 +46,6 @@ class Migration(migrations.Migration):
                 ),
                 ("steps", models.BinaryField()),
                 ("values", models.BinaryField()),
-                (
-                    "run",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="series_packs",
-                        to="experiments.run",
-                    ),
-                ),
             ],
         ),
         migrations.RunPython(
