@@ -226,6 +226,13 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": env.float("MRL_STATUS_SYNC_SECONDS", default=5.0),
     },
 }
+# Worker liveness (webapp/core/selectors.py::worker_status): beat asks a worker to report
+# in every MRL_WORKER_HEARTBEAT_SECONDS; with no report for MRL_WORKER_OFFLINE_AFTER_SECONDS
+# the run, experiment and sweep pages and the launch message say no worker is running.
+# Keep the second a few heartbeats above the first.
+WORKER_HEARTBEAT_SECONDS = env.float("MRL_WORKER_HEARTBEAT_SECONDS", default=30.0)
+WORKER_OFFLINE_AFTER_SECONDS = env.float("MRL_WORKER_OFFLINE_AFTER_SECONDS", default=90.0)
+CELERY_BEAT_SCHEDULE["worker-heartbeat"]["schedule"] = WORKER_HEARTBEAT_SECONDS
 
 # --- runs and executors ---------------------------------------------------------------
 RUN_ROOT = Path(env.str("MRL_RUN_ROOT", default=str(VAR_DIR / "runs")))

@@ -29,9 +29,17 @@ class CeleryWorker:
 
 
 def start_celery_worker(
-    tmp_path_factory: pytest.TempPathFactory, extra_env: dict[str, str] | None = None
+    tmp_path_factory: pytest.TempPathFactory,
+    extra_env: dict[str, str] | None = None,
+    *,
+    beat: bool = False,
 ) -> CeleryWorker:
-    """A real `celery worker` process, on its own queue, against the test database."""
+    """A real `celery worker` process, on its own queue, against the test database.
+
+    With ``beat``, the worker embeds beat (``-B``, as ``make demo`` runs it), with a
+    schedule file of its own: beat's tasks go to the worker's queue (its default queue),
+    so a test can shorten their intervals through ``extra_env``.
+    """
     broker = settings.CELERY_BROKER_URL
     if not broker.startswith("redis://"):
         raise pytest.UsageError(f"integration tests need a Redis broker, got {broker!r}")
@@ -40,7 +48,8 @@ def start_celery_worker(
         f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     )
     queue = f"mrl-test-{uuid.uuid4().hex[:8]}"
-    log_path = tmp_path_factory.mktemp("celery") / "worker.log"
+    celery_dir = tmp_path_factory.mktemp("celery")
+    log_path = celery_dir / "worker.log"
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -51,6 +60,8 @@ def start_celery_worker(
     argv = [sys.executable, "-m", "celery", "-A", "scheduler", "worker", "--pool=solo"]
     argv += ["--loglevel=INFO", "-Q", queue, "-n", f"{queue}@%h"]
     argv += ["--without-mingle", "--without-gossip"]
+    if beat:
+        argv += ["-B", "--schedule", str(celery_dir / "celerybeat-schedule")]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
             argv,

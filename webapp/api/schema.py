@@ -305,6 +305,32 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "WorkerStatus": {
+        "type": "object",
+        "description": "Whether a Celery worker reported in within offline_after_seconds "
+        "(MRL_WORKER_OFFLINE_AFTER_SECONDS); beat asks for a report every "
+        "MRL_WORKER_HEARTBEAT_SECONDS.",
+        "additionalProperties": False,
+        "required": [
+            *("online", "last_seen", "seconds_since"),
+            *("offline_after_seconds", "message"),
+        ],
+        "properties": {
+            "online": {"type": "boolean"},
+            "last_seen": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "The latest heartbeat; null if no worker ever reported",
+            },
+            "seconds_since": {"type": ["number", "null"], "minimum": 0},
+            "offline_after_seconds": {"type": "number", "exclusiveMinimum": 0},
+            "message": {
+                "type": "string",
+                "description": '"" when online, else e.g. "No worker has been seen for '
+                '3 min" or "No worker has reported yet"',
+            },
+        },
+    },
     "Comparison": {
         "type": "object",
         "description": "The compare page's curves (webapp.compare.serialize.comparison_json).",
@@ -476,6 +502,19 @@ PATHS: dict[str, Any] = {
             _query("lower_is_better", {"type": "string"}, "1: lower values are better"),
         ],
     ),
+    "/api/v1/worker": {
+        "get": {
+            "summary": "Whether a Celery worker is running (the pages' offline notice)",
+            "description": "Read from the workers' heartbeats; no worker means queued runs "
+            "wait. Any logged-in user may read it.",
+            "security": [{"session": []}],
+            "responses": {
+                "200": _reply("WorkerStatus"),
+                "401": READ_ERRORS["401"],
+                "405": READ_ERRORS["405"],
+            },
+        }
+    },
     "/api/v1/schema": {
         "get": {
             "summary": "This description",

@@ -12,5 +12,6 @@ urlpatterns = [
     path("runs/<int:run_id>/events", views.events, name="events"),
     path("runs/<int:run_id>/events/summary", views.events_summary, name="events_summary"),
     path("runs/<int:run_id>/status", views.status, name="status"),
+    path("worker", views.worker, name="worker"),
     path("schema", schema.schema, name="schema"),
 ]

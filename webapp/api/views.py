@@ -35,6 +35,7 @@ from webapp.api.http import (
     text_params,
 )
 from webapp.api.ingest import metrics_ingest
+from webapp.core.selectors import worker_status
 from webapp.experiments import services
 from webapp.experiments.models import Run, TransferEvent
 from webapp.experiments.permissions import get_viewable
@@ -272,3 +273,13 @@ def status(request: HttpRequest, run_id: int) -> HttpResponse:
     ):
         reply[name] = _timestamp(run, name)
     return json_reply(reply)
+
+
+@never_cache
+@allow_methods("GET")
+@login_required_json
+def worker(request: HttpRequest) -> HttpResponse:
+    """Whether a Celery worker reported in recently: ``{"online", "last_seen" (ISO 8601 or
+    null), "seconds_since" (null if none ever did), "offline_after_seconds", "message"}``;
+    ``message`` is "" when online. The run, experiment and sweep pages poll it."""
+    return json_reply(worker_status().as_json())

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from trainer.config import ConfigError
+from webapp.core.selectors import worker_status
 from webapp.experiments import services
 from webapp.experiments.compare_selection import (
     FILTERS,
@@ -77,7 +78,9 @@ def sweep_create(request: HttpRequest, pk: int) -> HttpResponse:
                 form.add_error("param_values" if swept else None, f"{path}: {message}")
         else:
             count = sum(len(data["seeds"]) for _ in sweep.experiments.all())
-            messages.success(request, f"Sweep {sweep.name} launched: {count} runs queued.")
+            message = f"Sweep {sweep.name} launched: {count} runs queued."
+            notice = worker_status().notice("the runs will start when a worker is back")
+            messages.success(request, f"{message} {notice}." if notice else message)
             return redirect(sweep)
     return render(request, "experiments/sweep_form.html", {"form": form, "source": source})
 
@@ -90,7 +93,12 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     compare_url = f"{reverse('experiments:compare')}?sweep={sweep.pk}&group_by=" + (
         "regime" if not sweep.param_path else "experiment"
     )
-    context = {"sweep": sweep, "experiments": experiments, "compare_url": compare_url}
+    context = {
+        "sweep": sweep,
+        "experiments": experiments,
+        "compare_url": compare_url,
+        "worker": worker_status(),
+    }
     return render(request, "experiments/sweep_detail.html", context)
 
 

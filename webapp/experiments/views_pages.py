@@ -21,6 +21,7 @@ from scheduler import service as scheduler_service
 from scheduler.backends import log_tail
 from scheduler.jobs import JobSpecError
 from trainer.metrics import POOL
+from webapp.core.selectors import worker_status
 from webapp.experiments import services
 from webapp.experiments.filters import experiment_filter_form, run_filter_form
 from webapp.experiments.metric_groups import groups_as_json
@@ -69,6 +70,7 @@ def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "placement": experiment.resources.get("placement"),
         "resources": {k: v for k, v in experiment.resources.items() if k != "placement"},
         "can_edit": can_edit(request.user, experiment),
+        "worker": worker_status(),
     }
     return render(request, "experiments/experiment_detail.html", context)
 
@@ -88,7 +90,9 @@ def experiment_clone(request: HttpRequest, pk: int) -> HttpResponse:
 def experiment_launch(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = get_editable(request.user, Experiment.objects.all(), pk)
     runs = services.experiment_launch(experiment)
-    messages.success(request, f"Queued {len(runs)} run(s) of {experiment.name}.")
+    message = f"Queued {len(runs)} run(s) of {experiment.name}."
+    notice = worker_status().notice("the runs will start when a worker is back")
+    messages.success(request, f"{message} {notice}." if notice else message)
     return redirect(experiment)
 
 
@@ -143,6 +147,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_edit": can_edit(request.user, run),
         "new_token": request.session.pop(f"run-token-{run.pk}", None),
         "event_kinds": ["rollout", "advantage_stats", "success"],
+        "worker": worker_status(),
     }
     return render(request, "experiments/run_detail.html", context)
 
