@@ -16,6 +16,7 @@ The variables, grouped by integration:
   ``slurm``); recovery: ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
   ``MRL_FORGOTTEN_GRACE_SECONDS``, ``MRL_TIME_LIMIT_RESUMES``; comparisons' read cache:
   ``MRL_PACK_RUNS_PER_SYNC``.
+- Task data: ``MRL_TASK_DATA_DIRS`` (where file tasks' train/val files may live).
 - Slurm defaults for submitted jobs: ``SLURM_PARTITION``, ``SLURM_ACCOUNT``,
   ``SLURM_QOS``, ``SLURM_TIME_LIMIT``, ``SLURM_GPUS_PER_NODE``.
 """
@@ -163,6 +164,13 @@ STATICFILES_DIRS: list[Path | tuple[str, Path]] = [
     ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
 ]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Django's finders, except that a path leaving the static directories (an encoded ../
+# under /static/) is "not found", a 404, instead of an exception, a 500 (runserver's
+# static handler and WhiteNoise's finder mode both ask them; webapp/core/staticfinders.py).
+STATICFILES_FINDERS = [
+    "webapp.core.staticfinders.FileSystemFinder",
+    "webapp.core.staticfinders.AppDirectoriesFinder",
+]
 
 # --- production hardening -----------------------------------------------------------
 if PRODUCTION:
@@ -247,6 +255,20 @@ JOB_PYTHON = env.str("MRL_JOB_PYTHON", default=sys.executable)
 JOB_WORKDIR = Path(env.str("MRL_JOB_WORKDIR", default=str(BASE_DIR)))
 INGEST_BASE_URL = env.str("MRL_INGEST_BASE_URL", default="http://127.0.0.1:8000")
 ZOO_DIR = env.str("MRL_ZOO_DIR", default="")
+# Where a file task's train_path / val_path may live (webapp/experiments/task_data.py;
+# checked when an experiment is saved or imported and when a sweep is launched):
+# comma-separated absolute directories, e.g. MRL_TASK_DATA_DIRS=/data/sets,/scratch/data.
+# A file counts as inside when its real path (symlinks resolved) is. Empty, the default:
+# any absolute path of a readable .jsonl / .json-lines / .parquet file.
+TASK_DATA_DIRS: list[str] = [
+    os.path.normpath(entry.strip())
+    for entry in env.list("MRL_TASK_DATA_DIRS", default=[])
+    if entry.strip()
+]
+if any(not entry.startswith("/") for entry in TASK_DATA_DIRS):
+    raise environ.ImproperlyConfigured(
+        f"MRL_TASK_DATA_DIRS={TASK_DATA_DIRS!r}: give absolute directories, comma-separated"
+    )
 
 # --- recovery (scheduler/service.py; beat's runs_sync applies them) -------------------
 # A queued run nobody claimed (its message lost with the broker) is sent again after

@@ -113,10 +113,12 @@ def test_every_composer_field_reports_a_bad_value_next_to_it(lab: Lab, kind: str
             accepted.append(name)
             continue
         assert field_errors(composer, name), (name, kind, composer.form.errors)
-    # Free text takes anything printable (and the arithmetic task ignores its paths);
-    # numbers, names and choices refuse what is not one.
-    free_text = {"description", "notes", "pool-0-chat_template", "task-train_path"}
-    free_text.add("task-val_path")
+    # Free text takes anything printable; numbers, names and choices refuse what is not
+    # one; the arithmetic task's data paths must stay empty (test_task_data_paths.py checks
+    # them for the file tasks).
+    free_text = {"description", "notes", "pool-0-chat_template"}
+    if kind != "empty":
+        assert not {"task-train_path", "task-val_path"} & set(accepted), kind
     if kind == "nul":
         assert accepted == []
     if kind.startswith("oversized"):

@@ -54,6 +54,8 @@ from trainer.tasks.rewards import extract_boxed
 Loader = Callable[[str | Path], list[Problem]]
 JSONL_SUFFIXES = (".jsonl", ".json-lines")
 PARQUET_SUFFIXES = (".parquet",)
+DATA_SUFFIXES = JSONL_SUFFIXES + PARQUET_SUFFIXES
+"""The suffixes :func:`read_rows` reads (compared lower-cased)."""
 LETTERS = string.ascii_uppercase
 MC_INSTRUCTION = "Answer with the letter."
 
@@ -93,10 +95,10 @@ def read_rows(path: str | Path) -> list[Row]:
     """The records of a JSONL or Parquet file (chosen by suffix)."""
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix not in JSONL_SUFFIXES + PARQUET_SUFFIXES:
+    if suffix not in DATA_SUFFIXES:
         raise ValueError(
             f"{path}: unsupported data file suffix {path.suffix!r}; "
-            f"use one of {', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES)}"
+            f"use one of {', '.join(DATA_SUFFIXES)}"
         )
     if not path.is_file():
         raise FileNotFoundError(f"{path}: data file not found")

@@ -58,6 +58,7 @@ from webapp.experiments.configform import (
 )
 from webapp.experiments.models import Experiment, Lab, ModelEntry
 from webapp.experiments.services import copy_name
+from webapp.experiments.task_data import task_data_problems
 
 MAX_SEEDS = 32
 MAX_SEED = 2**31 - 1
@@ -467,6 +468,28 @@ PolicyFormSet = formset_factory(
 
 
 # --- sections -----------------------------------------------------------------------------
+class TaskSectionForm(section_form_class("task")):  # type: ignore[misc]
+    """The task section: the generated fields, and its data paths checked against the
+    disk and ``settings.TASK_DATA_DIRS`` (:mod:`webapp.experiments.task_data`)."""
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        task = {"kind": data.get("kind"), **{n: data.get(n) for n in ("train_path", "val_path")}}
+        for path, message in task_data_problems(task).items():
+            name = path.removeprefix("task.")
+            if name in data and name not in self.errors:
+                self.add_error(name, message)
+        return data
+
+
+SECTION_FORMS: dict[str, type[ConfigForm]] = {"task": TaskSectionForm}
+"""Sections whose form adds checks to the generated one."""
+
+
+def _section_form(name: str) -> type[ConfigForm]:
+    return SECTION_FORMS.get(name) or section_form_class(name)
+
+
 @dataclass
 class Section:
     """One config section on the page (``grpo``, ``task``, ``sgt``...)."""
@@ -533,7 +556,7 @@ class ExperimentComposer:
         for name in section_names():
             switch = section_switch(name)
             relevant = switch is None or choice[switch] == name
-            form_class = section_form_class(name)
+            form_class = _section_form(name)
             section_initial = initial["sections"].get(name, {})
             if data is not None and relevant:
                 form = form_class(data, initial=section_initial, prefix=name)
@@ -940,7 +963,8 @@ def config_problems(config: dict[str, Any]) -> dict[str, str]:
     """What is wrong with an imported trainer config, by config path (``pool[1].lr``): what
     ``RunConfig.from_dict`` reports, after a cheap screen for what the form refuses before
     the trainer ever looks (integers beyond 32 bits, a micro_batch_size above
-    ``MAX_MICRO_BATCH``, more than ``MAX_POOL`` policies)."""
+    ``MAX_MICRO_BATCH``, more than ``MAX_POOL`` policies), and what is wrong with the
+    task's data paths (:func:`task_data_problems`)."""
     problems = _oversized(config, "")
     pool = config.get("pool")
     if isinstance(pool, list):
@@ -954,11 +978,12 @@ def config_problems(config: dict[str, Any]) -> dict[str, str]:
                 )
     if problems:
         return problems
+    problems = task_data_problems(config.get("task"))
     try:
         RunConfig.from_dict(config)
     except ConfigError as error:
-        return dict(error.errors)
-    return {}
+        return {**problems, **error.errors}
+    return problems
 
 
 def _oversized(value: Any, path: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from trainer.config import RunConfig
+from trainer.config import ConfigError, RunConfig
 from webapp.experiments.models import (
     Experiment,
     Lab,
@@ -29,6 +29,7 @@ from webapp.experiments.models import (
     Sweep,
     Tag,
 )
+from webapp.experiments.task_data import task_data_problems
 
 DEFAULT_LAB_NAME = "Lab"
 TOKEN_PREFIX = "mrl_"
@@ -228,7 +229,19 @@ def sweep_launch(
 ) -> Sweep:
     """One experiment per (regime x parameter value) over ``source``'s pool and settings,
     each launched with every seed. Every cell's config is validated before anything is
-    stored: a bad cell raises :class:`SweepError` (or ``ConfigError``) and stores nothing."""
+    stored: a bad cell raises :class:`SweepError` (or ``ConfigError``) and stores nothing.
+    The task's data paths, copied from ``source``, are checked again (the files may have
+    gone, or the experiment was saved before the checks)."""
+    source_config = source.config if isinstance(source.config, dict) else {}
+    problems = task_data_problems(source_config.get("task"))
+    if problems:
+        raise ConfigError(
+            {
+                path: f"{message} (the sweep copies experiment {source.name}'s task: edit "
+                "that experiment first)"
+                for path, message in problems.items()
+            }
+        )
     values: list[Any] = list(param_values or []) if param_path else [None]
     if param_path and not values:
         raise SweepError("param_values", "give at least one value for the swept parameter")

@@ -1,0 +1,141 @@
+"""Checks of a task's data files (``task.train_path`` / ``task.val_path``) before a save.
+
+A file task (``math_file``, ``multiple_choice_file``) reads its problems from two local
+files when the run starts; a bad path used to be accepted by the form and fail only on
+the cluster. Here, at save (compose page, config import) and at a sweep's launch, each
+path must be: one line without shell syntax (the job-script path alphabet of
+``scheduler/jobs.py``), absolute, without ``..``, of a suffix the loaders read
+(``trainer.tasks.loaders.DATA_SUFFIXES``), inside ``settings.TASK_DATA_DIRS`` when that is
+set (real paths, symlinks resolved; checked before the file is looked at, so a path
+outside says nothing about what exists there), and an existing, non-empty, readable
+regular file. The arithmetic task reads no file: its paths must stay empty.
+
+Checks touch only file metadata and open (never read) the file, so they are cheap enough
+for every form submission; a FIFO or device is refused before it is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.conf import settings
+
+from trainer.config import TASK_KINDS
+from trainer.tasks.loaders import DATA_SUFFIXES
+
+PATH_FIELDS = ("train_path", "val_path")
+PATH_CHARACTERS = re.compile(r"^[A-Za-z0-9_./+-]*$")
+"""The characters a job-script path may hold (``scheduler/jobs.py::PATH``)."""
+MAX_PATH = 1000
+FILE_KINDS = tuple(kind for kind in TASK_KINDS if kind != "arithmetic")
+EXAMPLE = "/data/gsm8k/train.jsonl"
+
+
+def allowed_dirs() -> list[str]:
+    """The directories this deployment reads task data from (empty: anywhere)."""
+    return list(getattr(settings, "TASK_DATA_DIRS", []))
+
+
+def task_path_problem(name: str, path: str, *, dirs: Sequence[str] = ()) -> str | None:
+    """Why ``path`` (the value of field ``name``) is not a data file a run can read, or
+    None. ``dirs``: the allowed directories (empty: any)."""
+    if any(ord(char) < 32 or ord(char) == 127 for char in path):
+        return f"{name} cannot contain control characters or line breaks; give one path"
+    if not path.startswith("/"):
+        return (
+            f"{name} must be an absolute path; {_shown(path)} is not one: give the full "
+            f"path of the data file, e.g. {EXAMPLE}"
+        )
+    if len(path) > MAX_PATH:
+        return f"{name} is longer than {MAX_PATH} characters; give a shorter path"
+    if not PATH_CHARACTERS.match(path):
+        return (
+            f"{name} may use only letters, digits and _ . / + - (no spaces, quotes or shell "
+            f"characters such as $ ; | & ` ( ) *); rename the file or copy it to such a path"
+        )
+    if ".." in path.split("/"):
+        return f"{name} cannot go up a directory ('..'); give the file's path without it"
+    if not path.lower().endswith(DATA_SUFFIXES):
+        return (
+            f"{name} must be a file the task loaders read: one ending in "
+            f"{', '.join(DATA_SUFFIXES)}; got {_shown(path)}"
+        )
+    if dirs and not _inside(path, dirs):
+        return (
+            f"{name} is outside the directories this deployment reads task data from "
+            f"({', '.join(dirs)}); put the file in one of them (MRL_TASK_DATA_DIRS lists them)"
+        )
+    return _file_problem(name, path)
+
+
+def task_data_problems(task: Any, *, dirs: Sequence[str] | None = None) -> dict[str, str]:
+    """Problems with a config's ``task`` section's paths, by config path
+    (``task.train_path``): what :func:`task_path_problem` says for a file task; for the
+    arithmetic task, any path given. A missing path of a file task is left to
+    ``RunConfig`` ("a math_file task needs train_path")."""
+    if not isinstance(task, Mapping):
+        return {}
+    dirs = allowed_dirs() if dirs is None else dirs
+    kind = task.get("kind", "arithmetic")
+    problems: dict[str, str] = {}
+    for name in PATH_FIELDS:
+        value = task.get(name)
+        if value in (None, ""):
+            continue
+        if not isinstance(value, str):
+            continue  # RunConfig reports the type
+        if kind == "arithmetic":
+            problems[f"task.{name}"] = unused_path_message(name)
+        elif kind in FILE_KINDS:
+            problem = task_path_problem(name, value, dirs=dirs)
+            if problem:
+                problems[f"task.{name}"] = problem
+    return problems
+
+
+def unused_path_message(name: str) -> str:
+    return (
+        f"the arithmetic task reads no data file: clear {name}, or choose kind "
+        f"{' or '.join(FILE_KINDS)} to train on files"
+    )
+
+
+def _inside(path: str, dirs: Sequence[str]) -> bool:
+    real = os.path.realpath(path)
+    for directory in dirs:
+        root = os.path.realpath(directory)
+        if real == root or real.startswith(root.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def _file_problem(name: str, path: str) -> str | None:
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return (
+            f"{name}: no such file {path} (data is read from local disk, never downloaded; "
+            "export it there first)"
+        )
+    except OSError as error:  # EACCES on a parent, a name too long...
+        return f"{name}: cannot read {path}: {error.strerror or error}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{name}: {path} is not a regular file (a directory?); give the data file"
+    if info.st_size == 0:
+        return f"{name}: {path} is empty; it needs one problem per line (or Parquet row)"
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as error:
+        return (
+            f"{name}: cannot read {path}: {error.strerror or error}; make it readable by the "
+            "user the app and its jobs run as"
+        )
+    return None
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 80 else value[:77] + "...")
