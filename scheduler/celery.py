@@ -4,8 +4,11 @@ import os
 
 from celery import Celery
 
+from scheduler import embedded_broker
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
+embedded_broker.register()  # the demo's broker URL, mrl-sqlite+sqlite:///...
 app = Celery("mutual_rl_lab")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["scheduler"])

@@ -1,7 +1,7 @@
 """Django settings, read from environment variables (django-environ).
 
 Every setting has a safe local default so that `make demo` runs with nothing installed
-but Python: SQLite in ``var/``, a filesystem Celery broker in ``var/broker``, and the
+but Python: SQLite in ``var/``, an embedded SQLite Celery broker in ``var/``, and the
 local executor. Production (``MRL_PRODUCTION=true``) refuses to start without a
 ``SECRET_KEY`` and turns on the secure-cookie and HTTPS settings.
 
@@ -10,7 +10,8 @@ The variables, grouped by integration:
 - Core: ``MRL_PRODUCTION``, ``SECRET_KEY``, ``DEBUG``, ``ALLOWED_HOSTS``,
   ``CSRF_TRUSTED_ORIGINS``, ``MRL_VAR_DIR``.
 - Database: ``DATABASE_URL`` (``postgres://user@host:5432/name``; default a SQLite file).
-- Celery: ``CELERY_BROKER_URL`` (``redis://...``; default ``filesystem://``),
+- Celery: ``CELERY_BROKER_URL`` (``redis://...``; default the embedded SQLite broker,
+  ``mrl-sqlite+sqlite:///var/broker.sqlite3``), ``MRL_BROKER_POLLING_SECONDS``,
   ``CELERY_RESULT_BACKEND`` (default: results are not stored).
 - Runs: ``MRL_RUN_ROOT`` (where run directories live), ``MRL_EXECUTOR`` (``local`` or
   ``slurm``); recovery: ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
@@ -172,6 +173,13 @@ STATICFILES_FINDERS = [
     "webapp.core.staticfinders.AppDirectoriesFinder",
 ]
 
+# With DEBUG off (production, and `make demo` under gunicorn) whitenoise serves the static
+# files; runserver does it in development. Outside production it serves them straight
+# from the finders, so the demo needs no collectstatic.
+if not DEBUG:
+    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+    WHITENOISE_USE_FINDERS = not PRODUCTION
+
 # --- production hardening -----------------------------------------------------------
 if PRODUCTION:
     if DEBUG:
@@ -179,8 +187,6 @@ if PRODUCTION:
             "DEBUG=true is refused with MRL_PRODUCTION=true: debug pages show settings and "
             "source to anyone; debug a copy with MRL_PRODUCTION=false instead"
         )
-    # gunicorn serves static files through whitenoise (runserver does it in development).
-    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SESSION_COOKIE_SECURE = True
@@ -201,23 +207,35 @@ if PRODUCTION:
     }
 
 # --- celery (see scheduler/celery.py) -------------------------------------------------
-# Without Redis the demo uses kombu's filesystem transport: messages are files in
-# var/broker, and a real `celery worker` process consumes them. Tests and production
-# use Redis.
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+# Without Redis (the demo) the broker is embedded: a SQLite file in var/ that kombu reads
+# through scheduler/embedded_broker.py (atomic delivery, many processes, no server), and
+# a real `celery worker` process consumes it. Tests and production use Redis.
+EMBEDDED_BROKER_PATH = VAR_DIR / "broker.sqlite3"
+CELERY_BROKER_URL = env.str(
+    "CELERY_BROKER_URL", default=f"mrl-sqlite+sqlite:///{EMBEDDED_BROKER_PATH}"
+)
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    _broker_dir = VAR_DIR / "broker"
+    raise environ.ImproperlyConfigured(
+        "CELERY_BROKER_URL=filesystem:// is no longer supported: its worker can read a "
+        "message file before it is written and die. Leave CELERY_BROKER_URL unset for the "
+        "embedded SQLite broker, or use redis://"
+    )
+if CELERY_BROKER_URL.startswith("mrl-sqlite+"):
+    # How long an idle worker waits before it looks at the queue again (its latency).
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir),
-        "data_folder_out": str(_broker_dir),
-        "control_folder": str(_broker_dir / "control"),
-        "store_processed": False,
+        "polling_interval": env.float("MRL_BROKER_POLLING_SECONDS", default=0.5)
     }
 elif CELERY_BROKER_URL.startswith("redis"):
     # A task that is not acknowledged within this time is redelivered; keep it above the
-    # longest task (acks_late is on, so a task killed mid-way runs again).
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # longest task (acks_late is on, so a task killed mid-way runs again). A Redis that
+    # stops answering makes a send (a launch, beat) fail after socket_timeout instead of
+    # hanging the request: the run stays queued and the sync sends it again.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": 3600,
+        "socket_timeout": 30,
+        "socket_connect_timeout": 10,
+    }
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
 CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
@@ -241,6 +259,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 WORKER_HEARTBEAT_SECONDS = env.float("MRL_WORKER_HEARTBEAT_SECONDS", default=30.0)
 WORKER_OFFLINE_AFTER_SECONDS = env.float("MRL_WORKER_OFFLINE_AFTER_SECONDS", default=90.0)
 CELERY_BEAT_SCHEDULE["worker-heartbeat"]["schedule"] = WORKER_HEARTBEAT_SECONDS
+# A worker that can no longer consume exits non-zero so that its supervisor starts a new
+# one (scheduler/watchdog.py): after MRL_WORKER_STALL_SECONDS without a broker connection,
+# or MRL_WORKER_STOP_GRACE_SECONDS into a shutdown caused by a failure.
+WORKER_STALL_SECONDS = env.float("MRL_WORKER_STALL_SECONDS", default=60.0)
+WORKER_STOP_GRACE_SECONDS = env.float("MRL_WORKER_STOP_GRACE_SECONDS", default=15.0)
 
 # --- runs and executors ---------------------------------------------------------------
 RUN_ROOT = Path(env.str("MRL_RUN_ROOT", default=str(VAR_DIR / "runs")))
