@@ -7,9 +7,10 @@ import os
 import socket
 
 from celery import Task, shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
+from django.conf import settings
 
-from scheduler import service
+from scheduler import service, watchdog
 from scheduler.backends import BackendError
 from webapp.core.services import heartbeat_record
 
@@ -29,6 +30,16 @@ def worker_heartbeat() -> dict[str, object]:
 def _heartbeat_on_worker_start(**_: object) -> None:
     """Report in as soon as a worker starts, not only at beat's first tick (30 s later)."""
     worker_heartbeat.apply()
+
+
+@worker_init.connect
+def _watch_the_worker(sender: object, **_: object) -> None:
+    """A worker that can no longer consume exits non-zero (see scheduler/watchdog.py)."""
+    config = watchdog.WatchdogConfig(
+        stall_seconds=settings.WORKER_STALL_SECONDS,
+        stop_grace_seconds=settings.WORKER_STOP_GRACE_SECONDS,
+    )
+    watchdog.start(sender, config)
 
 
 # --- runs ----------------------------------------------------------------------------------

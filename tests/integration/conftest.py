@@ -23,9 +23,12 @@ class CeleryWorker:
     process: subprocess.Popen[bytes]
     queue: str
     log_path: Path
+    supervisor_log_path: Path | None = None
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        """The worker's log, after the supervisor's lines when it is supervised."""
+        logs = [self.supervisor_log_path, self.log_path]
+        return "".join(p.read_text(errors="replace") for p in logs if p and p.exists())
 
 
 def start_celery_worker(
@@ -33,12 +36,15 @@ def start_celery_worker(
     extra_env: dict[str, str] | None = None,
     *,
     beat: bool = False,
+    supervised: bool = False,
 ) -> CeleryWorker:
     """A real `celery worker` process, on its own queue, against the test database.
 
-    With ``beat``, the worker embeds beat (``-B``, as ``make demo`` runs it), with a
-    schedule file of its own: beat's tasks go to the worker's queue (its default queue),
-    so a test can shorten their intervals through ``extra_env``.
+    With ``beat``, the worker embeds beat (``-B``), with a schedule file of its own:
+    beat's tasks go to the worker's queue (its default queue), so a test can shorten
+    their intervals through ``extra_env``. With ``supervised``, the process is the
+    project's supervisor (scheduler/supervisor.py) running the worker and starting it
+    again whenever it exits; its lines go to the same log.
     """
     broker = settings.CELERY_BROKER_URL
     if not broker.startswith("redis://"):
@@ -62,7 +68,12 @@ def start_celery_worker(
     argv += ["--without-mingle", "--without-gossip"]
     if beat:
         argv += ["-B", "--schedule", str(celery_dir / "celerybeat-schedule")]
-    with log_path.open("wb") as log_file:
+    supervisor_log_path = None
+    if supervised:
+        supervisor = [sys.executable, "-m", "scheduler.supervisor", "--var-dir", str(celery_dir)]
+        argv = [*supervisor, "--program", "worker", "--", *argv]
+        supervisor_log_path, log_path = celery_dir / "supervisor.log", celery_dir / "log/worker.log"
+    with (supervisor_log_path or log_path).open("wb") as log_file:
         process = subprocess.Popen(
             argv,
             cwd=REPO,
@@ -70,7 +81,7 @@ def start_celery_worker(
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
-    return CeleryWorker(process=process, queue=queue, log_path=log_path)
+    return CeleryWorker(process, queue, log_path, supervisor_log_path)
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout: float) -> None:

@@ -1,0 +1,171 @@
+"""`make demo`'s supervisor brings a SIGKILLed worker back, and a queued run starts.
+
+The demo's own configuration, as a newcomer runs it: SQLite and the embedded broker in a
+fresh var directory, the local backend, gunicorn, the worker and beat under
+``python -m scheduler.supervisor`` (the command scripts/demo ends with).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.integration.conftest import REPO, stop_process
+
+pytestmark = pytest.mark.integration
+
+LAUNCH = """
+from django.contrib.auth import get_user_model
+from tests.integration.test_run_lifecycle import tiny_config
+from webapp.experiments import services
+experiment = services.experiment_create(
+    owner=get_user_model().objects.get(username="demo"),
+    config=tiny_config("after-the-kill", steps=2),
+    seeds=[0],
+    resources={"backend": "local", "mem_gb": 2, "time_limit": "00:10:00"},
+)
+print(services.experiment_launch(experiment)[0].pk)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float) -> float:
+    """Seconds until ``condition()`` is truthy; fails after ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if condition():
+            return time.monotonic() - start
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+class Demo:
+    """The demo's var directory, environment and supervisor."""
+
+    def __init__(self, var_dir: Path, zoo_dir: Path) -> None:
+        self.var_dir = var_dir
+        self.port = free_port()
+        self.env = {
+            name: value
+            for name, value in os.environ.items()
+            if name not in {"DATABASE_URL", "CELERY_BROKER_URL"}  # the embedded defaults
+        }
+        self.env |= {
+            "MRL_VAR_DIR": str(var_dir),
+            "MRL_ZOO_DIR": str(zoo_dir),
+            "MRL_INGEST_BASE_URL": f"http://127.0.0.1:{self.port}",
+            "DEBUG": "false",
+        }
+        self.supervisor: subprocess.Popen[bytes] | None = None
+
+    def manage(self, *args: str) -> str:
+        argv = [sys.executable, "manage.py", *args]
+        done = subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+        return done.stdout.decode()
+
+    def start(self) -> None:
+        argv = [sys.executable, "-m", "scheduler.supervisor", "--port", str(self.port)]
+        with (self.var_dir / "supervisor.out").open("wb") as out:
+            self.supervisor = subprocess.Popen(
+                [*argv, "--var-dir", str(self.var_dir)], cwd=REPO, env=self.env, stderr=out
+            )
+
+    def pid(self, program: str) -> int | None:
+        state_path = self.var_dir / "run" / "supervisor.json"
+        if not state_path.exists():
+            return None
+        pid = json.loads(state_path.read_text())["programs"][program]["pid"]
+        return int(pid) if pid else None
+
+    def run_state(self, run_id: int) -> tuple[str, str]:
+        with sqlite3.connect(self.var_dir / "demo.sqlite3", timeout=10) as db:
+            row = db.execute(
+                "SELECT state, slurm_job_id FROM experiments_run WHERE id = ?", (run_id,)
+            ).fetchone()
+        return row[0], row[1]
+
+    def heartbeat_pids(self) -> set[int]:
+        with sqlite3.connect(self.var_dir / "demo.sqlite3", timeout=10) as db:
+            rows = db.execute("SELECT pid FROM core_serviceheartbeat").fetchall()
+        return {row[0] for row in rows}
+
+    def log(self) -> str:
+        parts = [self.var_dir / "supervisor.out", self.var_dir / "log" / "worker.log"]
+        return "\n".join(p.read_text(errors="replace")[-3000:] for p in parts if p.exists())
+
+
+@pytest.fixture
+def demo(tmp_path: Path, zoo_dir: Path) -> Iterator[Demo]:
+    demo = Demo(tmp_path / "var", zoo_dir)
+    demo.var_dir.mkdir()
+    demo.manage("migrate", "--noinput", "-v", "0")
+    demo.manage("demo_setup")
+    demo.start()
+    try:
+        yield demo
+    finally:
+        if demo.supervisor is not None:
+            stop_process(demo.supervisor, timeout=40)
+
+
+def test_a_sigkilled_worker_is_replaced_and_a_queued_run_starts(demo: Demo) -> None:
+    first = wait_for(lambda: demo.pid("worker"), "the supervisor to start the worker", 30)
+    assert first
+    first_pid = demo.pid("worker")
+    wait_for(lambda: first_pid in demo.heartbeat_pids(), "the first worker to report in", 60)
+    page = requests.get(f"http://127.0.0.1:{demo.port}/accounts/login/", timeout=10)
+    assert page.status_code == 200 and "Log in" in page.text  # gunicorn serves the app
+
+    os.kill(first_pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    run_id = int(demo.manage("shell", "-c", LAUNCH).strip().splitlines()[-1])
+    assert demo.run_state(run_id)[0] == "queued"
+
+    job_id = ""
+    try:
+        wait_for(
+            lambda: (demo.pid("worker") or first_pid) != first_pid,
+            f"a new worker\n{demo.log()}",
+            timeout=30 - (time.monotonic() - killed_at),
+        )
+        second_pid = demo.pid("worker")
+        wait_for(
+            lambda: second_pid in demo.heartbeat_pids(),
+            f"the new worker to consume (its start-up heartbeat)\n{demo.log()}",
+            timeout=30 - (time.monotonic() - killed_at),
+        )
+        consuming_after = time.monotonic() - killed_at
+        assert consuming_after < 30
+        wait_for(
+            lambda: demo.run_state(run_id)[0] != "queued",
+            f"the queued run to start\n{demo.log()}",
+            timeout=60,
+        )
+        state, job_id = demo.run_state(run_id)
+        assert state in {"submitted", "pending", "running", "completing", "completed"}, state
+        assert job_id  # the local job's pid
+        supervisor_log = (demo.var_dir / "supervisor.out").read_text()
+        assert f"worker (pid {first_pid}) was killed by SIGKILL" in supervisor_log
+        assert "restart 1" in supervisor_log
+    finally:
+        if job_id:  # the job runs in a session of its own: end it with the test
+            with suppress(ProcessLookupError, ValueError):
+                os.killpg(int(job_id), signal.SIGKILL)
