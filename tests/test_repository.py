@@ -50,3 +50,12 @@ def test_the_compose_file_validates() -> None:
     services = yaml.safe_load(result.stdout)["services"]
     assert set(services) == {"web", "worker", "beat", "postgres", "redis"}
     assert services["worker"]["environment"]["MRL_EXECUTOR"] == "slurm"
+
+
+def test_the_compose_worker_is_restarted_and_health_checked_by_its_heartbeat() -> None:
+    """A worker that exits (its watchdog ends a deaf one) is started again, and its
+    health is the heartbeat the dashboard reads (webapp/core/.../worker_alive.py)."""
+    services = yaml.safe_load((REPO / "docker/compose.yml").read_text())["services"]
+    worker = services["worker"]
+    assert worker["restart"] == "unless-stopped"
+    assert worker["healthcheck"]["test"][:4] == ["CMD", "python", "manage.py", "worker_alive"]
