@@ -229,8 +229,9 @@ if CELERY_BROKER_URL.startswith("mrl-sqlite+"):
 elif CELERY_BROKER_URL.startswith("redis"):
     # A task that is not acknowledged within this time is redelivered; keep it above the
     # longest task (acks_late is on, so a task killed mid-way runs again). A Redis that
-    # stops answering makes a send (a launch, beat) fail after socket_timeout instead of
-    # hanging the request: the run stays queued and the sync sends it again.
+    # stops answering makes a send (a launch, beat) fail, after socket_timeout on each of
+    # Celery's publish retries (about 150 s), instead of hanging the request forever: the
+    # run stays queued and the sync sends it again.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": 3600,
         "socket_timeout": 30,
