@@ -31,6 +31,12 @@ class CeleryWorker:
         return "".join(p.read_text(errors="replace") for p in logs if p and p.exists())
 
 
+def database_url_of_the_tests() -> str:
+    """The URL of the test database, for the processes a test starts."""
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
 def start_celery_worker(
     tmp_path_factory: pytest.TempPathFactory,
     extra_env: dict[str, str] | None = None,
@@ -49,10 +55,7 @@ def start_celery_worker(
     broker = settings.CELERY_BROKER_URL
     if not broker.startswith("redis://"):
         raise pytest.UsageError(f"integration tests need a Redis broker, got {broker!r}")
-    db = settings.DATABASES["default"]
-    database_url = (
-        f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    )
+    database_url = database_url_of_the_tests()
     queue = f"mrl-test-{uuid.uuid4().hex[:8]}"
     celery_dir = tmp_path_factory.mktemp("celery")
     log_path = celery_dir / "worker.log"

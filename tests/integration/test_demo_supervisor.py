@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 import requests
 
 from tests.integration.conftest import REPO, stop_process
+from tests.integration.private_redis import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +38,6 @@ experiment = services.experiment_create(
 )
 print(services.experiment_launch(experiment)[0].pk)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float) -> float:

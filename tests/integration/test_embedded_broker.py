@@ -20,10 +20,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from scheduler.embedded_broker import broker_url
-from tests.integration.conftest import REPO, stop_process
+from tests.integration.conftest import REPO, database_url_of_the_tests, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -36,14 +35,12 @@ def test_every_message_is_handled_once_and_the_worker_survives(
 ) -> None:
     record = tmp_path / "handled.txt"
     queue = f"mrl-stress-{uuid.uuid4().hex[:8]}"
-    db = settings.DATABASES["default"]
     env = {
         **os.environ,
         "CELERY_BROKER_URL": broker_url(str(tmp_path / "broker.sqlite3")),
         "MRL_BROKER_POLLING_SECONDS": "0.001",
         "MRL_STRESS_RECORD": str(record),
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:"
-        f"{db['PORT'] or 5432}/{db['NAME']}",
+        "DATABASE_URL": database_url_of_the_tests(),
     }
     argv = [sys.executable, "-m", "celery", "-A", "scheduler", "worker", "--pool=solo"]
     argv += ["--loglevel=INFO", "-Q", queue, "-I", "tests.integration.broker_stress"]
