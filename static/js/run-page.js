@@ -1,5 +1,6 @@
 // The run page: live Plotly charts (one per metric key, one trace per policy), the run's
-// state, and the peer-transfer log. Polls the read API; no page reload.
+// state and timeline, the job's output and the peer-transfer log. Polls the read API; no
+// page reload.
 //
 // Every string from the server goes into the page through textContent (never innerHTML).
 "use strict";
@@ -16,7 +17,10 @@
   const keyToGroup = new Map();
   for (const group of config.groups) for (const key of group.keys) keyToGroup.set(key, group);
 
-  // charts: key -> {div, traces: Map(policy -> {x, y, lastStep, downsampled})}
+  // charts: key -> {div, traces: Map(policy -> {x, y, lastStep, downsampled}), revision,
+  // drawn, visible}. `revision` counts the changes to the chart's points (it is the
+  // layout's datarevision), `drawn` is the revision on screen, `visible` whether the chart
+  // is in or near the viewport (null until the observer has said).
   const charts = new Map();
   const nonFinite = new Map(); // "policy key" -> first step with a non-finite value
   let state = null;
@@ -57,6 +61,17 @@
     return section.querySelector(".chart-grid");
   }
 
+  // A run has dozens of charts and every poll brings points to all of them: only those on
+  // or near the screen are redrawn, and one scrolled into view catches up at once.
+  const onScreen = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      const chart = charts.get(entry.target.dataset.key);
+      if (!chart) continue;
+      chart.visible = entry.isIntersecting;
+      if (chart.visible && chart.drawn !== chart.revision) render(entry.target.dataset.key);
+    }
+  }, { rootMargin: "400px 0px" });
+
   function chartFor(key) {
     let chart = charts.get(key);
     if (!chart) {
@@ -66,8 +81,9 @@
       const position = group.keys.indexOf(key);
       const after = Array.from(grid.children).find((child) => group.keys.indexOf(child.dataset.key) > position);
       grid.insertBefore(div, after || null);
-      chart = { div, traces: new Map() };
+      chart = { div, traces: new Map(), revision: 0, drawn: -1, visible: null };
       charts.set(key, chart);
+      onScreen.observe(div);
       document.getElementById("charts-empty").hidden = true;
     }
     return chart;
@@ -76,22 +92,25 @@
   function render(key) {
     const chart = charts.get(key);
     const traces = [];
-    let points = 0;
     for (const policy of config.policies) {
       const trace = chart.traces.get(policy);
       if (!trace) continue;
-      points += trace.x.length;
       traces.push({
         x: trace.x, y: trace.y, name: policy, mode: "lines", type: "scatter", // SVG: one WebGL context per chart runs out past ~16 charts
         line: { color: policyColour.get(policy) || "#444", width: 1.6 },
       });
     }
-    chart.div.dataset.points = String(points);
+    // The trace arrays grow in place, and Plotly.react redraws only for new arrays or a new
+    // datarevision: the revision makes every change of points a redraw. uirevision keeps
+    // what the user did (a zoom, hidden traces) across redraws; an axis nobody zoomed has
+    // no range here, so it autoranges over the new points.
     const layout = {
       title: { text: key, font: { size: 13 } }, margin: { l: 48, r: 12, t: 32, b: 56 }, height: 280,
-      xaxis: { title: { text: "step", standoff: 4 } }, legend: { orientation: "h", y: -0.32 }, uirevision: key,
+      xaxis: { title: { text: "step", standoff: 4 } }, legend: { orientation: "h", y: -0.32 },
+      uirevision: key, datarevision: chart.revision,
     };
     window.Plotly.react(chart.div, traces, layout, { displaylogo: false, responsive: true });
+    chart.drawn = chart.revision;
   }
 
   function noteNonFinite(policy, key, points) {
@@ -105,14 +124,20 @@
     }
   }
 
-  function apply(series, replace) {
-    const touched = new Set();
+  // `series` from the series API; `replace`: they are whole series (else the points after
+  // each trace's last step); `only`: the "key policy" names asked for (a request names
+  // keys and policies, so its answer can hold other pairs: a series that is new since the
+  // keys listing, whose points after another trace's step must not start its trace).
+  function apply(series, replace, only) {
+    const changed = new Set();
     for (const item of series) {
+      if (only && !only.has(item.key + " " + item.policy)) continue;
       const chart = chartFor(item.key);
       let trace = chart.traces.get(item.policy);
       if (!trace || replace) {
         trace = { x: [], y: [], lastStep: -1, downsampled: false };
         chart.traces.set(item.policy, trace);
+        changed.add(item.key);
       }
       trace.downsampled = trace.downsampled || Boolean(item.downsampled);
       for (const [step, value] of item.points) {
@@ -120,11 +145,18 @@
         trace.x.push(step);
         trace.y.push(toNumber(value));
         trace.lastStep = step;
+        changed.add(item.key);
       }
       noteNonFinite(item.policy, item.key, item.points);
-      touched.add(item.key);
     }
-    touched.forEach(render);
+    for (const key of changed) {
+      const chart = charts.get(key);
+      chart.revision += 1;
+      let points = 0;
+      for (const policy of config.policies) points += chart.traces.get(policy)?.x.length || 0;
+      chart.div.dataset.points = String(points);
+      if (chart.visible !== false) render(key);
+    }
   }
 
   async function refreshCurves() {
@@ -159,15 +191,26 @@
     for (const [afterStep, list] of incremental) {
       const params = wanted(list);
       params.set("after_step", String(afterStep));
-      batches.push(getJSON(config.urls.series, params).then((r) => apply(r.series, false)));
+      const only = new Set(list.map((s) => s.key + " " + s.policy));
+      batches.push(getJSON(config.urls.series, params).then((r) => apply(r.series, false, only)));
     }
     await Promise.all(batches);
   }
 
   // --- status ------------------------------------------------------------------------
+  // The timeline (and the actions, which follow the state: cancel while the run lives,
+  // resubmit after) are the server's rendering of this page: they are fetched again when
+  // the run's state, or the time it last entered a state, changes (a row per change).
+  const initialState = document.querySelector("#run-state .state").textContent.trim();
+  let lifecycle = null; // the last status's state and state timestamps
+  let timelineStale = false;
+
   async function refreshStatus() {
     const status = await getJSON(config.urls.status);
     state = status.state;
+    const now = ["state", "queued_at", "submitted_at", "started_at", "finished_at"].map((name) => status[name]).join("|");
+    if (lifecycle === null ? status.state !== initialState : now !== lifecycle) timelineStale = true;
+    lifecycle = now;
     const badge = document.querySelector("#run-state .state");
     badge.textContent = status.state;
     badge.className = "state state-" + status.state;
@@ -176,6 +219,54 @@
       if (value && node.dataset.field.endsWith("_at")) value = value.replace("T", " ").slice(0, 19);
       node.textContent = value === null || value === undefined || value === "" ? "–" : String(value);
     }
+  }
+
+  function timelineRow(row) {
+    // Rebuilt from the cells' text: nothing of the fetched page is parsed into this one.
+    const cells = Array.from(row.cells, (cell) => cell.textContent.trim());
+    const tr = el("tr");
+    if (cells.length < 3) {
+      tr.append(el("td", { colspan: "3", class: "empty" }, cells.join(" ")));
+      return tr;
+    }
+    const badge = el("span", { class: "state state-" + cells[1], "data-testid": "run-state" }, cells[1]);
+    const stateCell = el("td");
+    stateCell.append(badge);
+    tr.append(el("td", {}, cells[0]), stateCell, el("td", {}, cells[2]));
+    return tr;
+  }
+
+  function actionsFrom(fetched) {
+    // The buttons are forms (POST, with the CSRF token): rebuilt element by element.
+    const box = el("div", { class: "actions", id: "run-actions" });
+    for (const form of fetched.querySelectorAll(":scope > form")) {
+      const copy = el("form", { method: "post", action: form.getAttribute("action"), class: form.getAttribute("class") || "" });
+      for (const input of form.querySelectorAll("input[type=hidden]")) {
+        copy.append(el("input", { type: "hidden", name: input.getAttribute("name"), value: input.getAttribute("value") || "" }));
+      }
+      const button = form.querySelector("button");
+      if (button) {
+        const attrs = { type: "submit" };
+        for (const name of ["class", "data-testid"]) if (button.hasAttribute(name)) attrs[name] = button.getAttribute(name);
+        copy.append(el("button", attrs, button.textContent.trim()));
+      }
+      box.append(copy);
+    }
+    return box;
+  }
+
+  async function refreshTimeline() {
+    if (!timelineStale) return;
+    const response = await fetch(window.location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } });
+    if (!response.ok) throw new Error(`timeline: HTTP ${response.status}`);
+    const fetched = new DOMParser().parseFromString(await response.text(), "text/html");
+    const rows = fetched.querySelectorAll("#timeline-rows > tr");
+    if (!rows.length) return; // not the run page (a login page): try again next time
+    document.getElementById("timeline-rows").replaceChildren(...Array.from(rows, timelineRow));
+    const actions = fetched.getElementById("run-actions");
+    const current = document.getElementById("run-actions");
+    if (actions && current) current.replaceWith(actionsFrom(actions));
+    timelineStale = false;
   }
 
   // --- transfers ---------------------------------------------------------------------
@@ -272,8 +363,8 @@
     const indicator = document.getElementById("live-indicator");
     try {
       await refreshStatus();
-      await refreshCurves();
-      if (tick % 3 === 0) await Promise.all([refreshTransfers(), refreshLog()]);
+      await Promise.all([refreshCurves(), refreshTimeline(), refreshLog()]);
+      if (tick % 3 === 0) await refreshTransfers();
       indicator.textContent = TERMINAL.has(state) ? "finished" : "live";
       indicator.classList.remove("bad");
     } catch (error) {
