@@ -19,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="scheduler.tasks.worker_heartbeat")
 def worker_heartbeat() -> dict[str, object]:
-    """Record that a worker is alive (beat sends this every 30 s); return who ran it."""
+    """Record that a worker is alive (beat sends this every MRL_WORKER_HEARTBEAT_SECONDS);
+    return who ran it."""
     heartbeat = heartbeat_record(
         service="celery-worker", hostname=socket.gethostname(), pid=os.getpid()
     )

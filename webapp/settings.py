@@ -246,20 +246,22 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    "worker-heartbeat": {"task": "scheduler.tasks.worker_heartbeat", "schedule": 30.0},
-    "runs-sync": {
-        "task": "scheduler.tasks.runs_sync",
-        "schedule": env.float("MRL_STATUS_SYNC_SECONDS", default=5.0),
-    },
-}
 # Worker liveness (webapp/core/selectors.py::worker_status): beat asks a worker to report
 # in every MRL_WORKER_HEARTBEAT_SECONDS; with no report for MRL_WORKER_OFFLINE_AFTER_SECONDS
 # the run, experiment and sweep pages and the launch message say no worker is running.
 # Keep the second a few heartbeats above the first.
 WORKER_HEARTBEAT_SECONDS = env.float("MRL_WORKER_HEARTBEAT_SECONDS", default=30.0)
 WORKER_OFFLINE_AFTER_SECONDS = env.float("MRL_WORKER_OFFLINE_AFTER_SECONDS", default=90.0)
-CELERY_BEAT_SCHEDULE["worker-heartbeat"]["schedule"] = WORKER_HEARTBEAT_SECONDS
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "worker-heartbeat": {
+        "task": "scheduler.tasks.worker_heartbeat",
+        "schedule": WORKER_HEARTBEAT_SECONDS,
+    },
+    "runs-sync": {
+        "task": "scheduler.tasks.runs_sync",
+        "schedule": env.float("MRL_STATUS_SYNC_SECONDS", default=5.0),
+    },
+}
 # A worker that can no longer consume exits non-zero so that its supervisor starts a new
 # one (scheduler/watchdog.py): after MRL_WORKER_STALL_SECONDS without a broker connection,
 # or MRL_WORKER_STOP_GRACE_SECONDS into a shutdown caused by a failure.
