@@ -14,7 +14,12 @@ table instead, so a message exists whole or not at all:
 - the database runs in WAL mode with a 30 s busy timeout: producers (the web app, beat)
   and the worker wait for each other's short write transactions instead of failing, and a
   lock held longer surfaces as a connection error, which the worker survives by
-  reconnecting (kombu's connection errors), never as an "Unrecoverable error".
+  reconnecting (kombu's connection errors), never as an "Unrecoverable error";
+- processes that open a new broker file at the same moment do not race: the tables are
+  created under an exclusive file lock, and a queue's row with ``INSERT OR IGNORE``
+  (kombu's check-then-create lets two first publishers both insert the queue, and the
+  loser's ``UNIQUE`` or "table already exists" error reached the caller: a producer
+  died in the broker stress test, 1 run in 4 on CI).
 
 What a worker had taken but not yet acknowledged when it is SIGKILLed is lost, as with
 every kombu virtual transport; beat's ``runs_sync`` re-sends lost submissions
@@ -26,12 +31,15 @@ The URL is ``mrl-sqlite+sqlite:////absolute/path/broker.sqlite3``; importing
 
 from __future__ import annotations
 
+import fcntl
 from json import loads
+from pathlib import Path
 from queue import Empty
 from typing import Any
 
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import sqlalchemy as kombu_sqlalchemy
+from kombu.transport.sqlalchemy.models import metadata as kombu_metadata
 from kombu.utils.encoding import bytes_to_str
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
@@ -69,6 +77,22 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _create_tables_once(engine: Engine) -> None:
+    """Create kombu's tables (if missing) while holding an exclusive lock on a file
+    next to the database, so that processes opening a new broker file at the same moment
+    do not race between SQLAlchemy's "does the table exist?" and its ``CREATE TABLE``."""
+    database = engine.url.database
+    if not database or database == ":memory:":
+        kombu_metadata.create_all(engine)
+        return
+    with Path(f"{database}.lock").open("a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            kombu_metadata.create_all(engine)
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
 class Channel(kombu_sqlalchemy.Channel):
     """kombu's SQLAlchemy channel with an atomic take-and-delete and a tuned SQLite."""
 
@@ -82,7 +106,26 @@ class Channel(kombu_sqlalchemy.Channel):
         engine = create_engine(conninfo.hostname, **options)
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _on_connect)
+            _create_tables_once(engine)
         return engine
+
+    def _get_or_create(self, queue: str) -> Any:
+        """The queue's row, created if missing; safe when several processes publish
+        to a new queue at once (kombu's own version lets both insert it)."""
+        queue_cls = self.queue_cls
+        row = self.session.query(queue_cls).filter(queue_cls.name == queue).first()
+        if row is not None:
+            return row
+        statement = text(
+            f"INSERT OR IGNORE INTO {self.queue_tablename} (name) VALUES (:name)"  # ours
+        )
+        try:
+            self.session.execute(statement, {"name": queue})
+            self.session.commit()
+        except Exception:
+            self.session.rollback()
+            raise
+        return self.session.query(queue_cls).filter(queue_cls.name == queue).one()
 
     def _get(self, queue: str) -> dict[str, Any]:
         queue_id = self._get_or_create(queue).id

@@ -32,12 +32,16 @@ def record(tag: str) -> None:
         os.close(fd)
 
 
-def produce(prefix: str, count: int, queue: str, pause: float) -> None:
+def produce(prefix: str, count: int, queue: str, pause: float, start_at: float = 0.0) -> None:
     """Send ``count`` ``record`` messages to ``queue`` over one producer connection, with
     a random pause of 0 to 2 x ``pause`` seconds between two (so that the worker keeps up
-    and reads at the head of the queue, where a message may still be being written)."""
+    and reads at the head of the queue, where a message may still be being written).
+    The first send waits for the wall-clock time ``start_at``, so that several producers
+    can open a new broker file at the same moment."""
     jitter = random.Random(prefix)
     with app.producer_or_acquire() as producer:
+        while time.time() < start_at:
+            time.sleep(0.0005)
         for index in range(count):
             app.send_task(TASK_NAME, args=[f"{prefix}-{index}"], queue=queue, producer=producer)
             time.sleep(jitter.uniform(0, 2 * pause))
@@ -49,8 +53,9 @@ def main() -> None:
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--queue", required=True)
     parser.add_argument("--pause", type=float, default=0.0, help="mean seconds between sends")
+    parser.add_argument("--start-at", type=float, default=0.0, help="epoch seconds to start")
     args = parser.parse_args()
-    produce(args.prefix, args.count, args.queue, args.pause)
+    produce(args.prefix, args.count, args.queue, args.pause, args.start_at)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ not filled yet and the worker dies of the ``JSONDecodeError`` (this very test, r
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -73,3 +74,33 @@ def test_every_message_is_handled_once_and_the_worker_survives(
         assert "Unrecoverable error" not in log
     finally:
         stop_process(worker, timeout=30)
+
+
+def test_producers_that_open_a_new_broker_at_the_same_moment_all_deliver(tmp_path: Path) -> None:
+    """Eight processes publish their first message to a broker file that does not exist
+    yet, at the same instant: each creates the tables and the queue's row or finds them,
+    and none fails (kombu's check-then-create let two of them race, and the loser died of
+    a ``UNIQUE`` constraint or of a "table already exists" error retried on a closed
+    channel; see scheduler/embedded_broker.py)."""
+    database = tmp_path / "broker.sqlite3"
+    env = {**os.environ, "CELERY_BROKER_URL": broker_url(str(database))}
+    start_at = time.time() + 6  # after every process has imported Celery
+    producer = [sys.executable, "-m", "tests.integration.broker_stress", "--queue", "q-new"]
+    producer += ["--count", "1", "--start-at", str(start_at)]
+    processes = [
+        subprocess.Popen(
+            [*producer, "--prefix", f"p{i}"], cwd=REPO, env=env, stderr=subprocess.PIPE
+        )
+        for i in range(8)
+    ]
+    failures = [
+        process.stderr.read().decode(errors="replace")[-1500:]
+        for process in processes
+        if process.wait(timeout=60) != 0 and process.stderr is not None
+    ]
+    assert failures == []
+    with sqlite3.connect(database) as db:
+        queues = db.execute("SELECT name FROM kombu_queue").fetchall()
+        messages = db.execute("SELECT count(*) FROM kombu_message").fetchone()[0]
+    assert queues == [("q-new",)]
+    assert messages == 8
