@@ -76,3 +76,12 @@ METRIC_GROUPS: tuple[MetricGroup, ...] = (
 def groups_as_json() -> list[dict[str, object]]:
     """The groups for the run page's JavaScript."""
     return [{"slug": g.slug, "title": g.title, "keys": list(g.keys)} for g in METRIC_GROUPS]
+
+
+def metrics_as_json() -> dict[str, dict[str, str]]:
+    """Each charted metric's display facts for the page's JavaScript:
+    ``{key: {"label": ..., "unit": ..., "group": slug}}``. A key missing here is shown
+    by its name, under "Other"."""
+    return {
+        key: {"label": key, "unit": "", "group": g.slug} for g in METRIC_GROUPS for key in g.keys
+    }
