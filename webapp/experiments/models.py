@@ -351,6 +351,12 @@ class TransferEvent(models.Model):
     prompt_id = models.CharField(max_length=128, blank=True)
     count = models.IntegerField(default=1)
     weight = models.FloatField(null=True, blank=True)
+    samples = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What crossed: [{text, tokens?, reward?, truncated}], bounded by the "
+        "ingestion API; null for events of trainers that did not ship it",
+    )
 
     class Meta:
         ordering = ["step", "id"]
