@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from webapp.experiments import views_compare, views_compose, views_pages
+from webapp.experiments import views_compare, views_compose, views_csv, views_pages
 
 app_name = "experiments"
 urlpatterns = [
@@ -22,6 +22,8 @@ urlpatterns = [
     path("runs/<int:pk>/resubmit/", views_pages.run_resubmit, name="run_resubmit"),
     path("runs/<int:pk>/log/", views_pages.run_log, name="run_log"),
     path("runs/<int:pk>/annotate/", views_pages.run_annotate, name="run_annotate"),
+    path("runs/<int:pk>/curves.csv", views_csv.run_curves_csv, name="run_curves_csv"),
+    path("runs/<int:pk>/metric.csv", views_csv.run_metric_csv, name="run_metric_csv"),
     # sweeps and comparisons
     path("experiments/<int:pk>/sweep/", views_compare.sweep_create, name="sweep_create"),
     path("sweeps/", views_compare.sweep_list, name="sweep_list"),

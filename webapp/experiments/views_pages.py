@@ -136,6 +136,8 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "events": reverse("api:events", args=[run.pk]),
             "eventsSummary": reverse("api:events_summary", args=[run.pk]),
             "log": reverse("experiments:run_log", args=[run.pk]),
+            "curvesCsv": reverse("experiments:run_curves_csv", args=[run.pk]),
+            "metricCsv": reverse("experiments:run_metric_csv", args=[run.pk]),
         },
         "pollMs": 2000,
     }
