@@ -2,9 +2,20 @@
 
 Per policy per step (SPEC section 3); the pseudo-policy :data:`POOL` carries pool-wide
 aggregates written by rank 0.
+
+The end of the module is the metric catalogue, :data:`CATALOGUE`: per key the name people
+read ("Validation reward@1", not ``val/reward@1``), its unit and its chart group. The run
+page, the compare page and the exported figures all name metrics from it
+(:func:`describe`, :func:`policy_label`). Every key the trainer logs must be in it (a
+test checks); a key it does not know is shown by its name, under "Other".
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 POOL = "_pool"
 """Policy name of pool-wide points (a leading underscore: no real policy can take it)."""
@@ -74,3 +85,144 @@ REMIX_LAMBDA = "remix/lambda"
 """lambda(t) of the KL-convex constraint at this step."""
 REMIX_REPLAY_SIZE = "remix/replay_size"
 """Samples held by the replay after this step (0 after reincarnation)."""
+
+
+# --- the catalogue: display names, units, chart groups --------------------------------
+
+
+@dataclass(frozen=True)
+class ChartGroup:
+    """A chart group of the run page: ``slug`` (stable, for URLs and tests) and title."""
+
+    slug: str
+    title: str
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What people read about metric ``key``: its ``label``, its ``unit`` ("" when it has
+    none: rewards, losses, fractions) and its chart ``group``."""
+
+    key: str
+    label: str
+    unit: str
+    group: ChartGroup
+
+    @property
+    def axis_label(self) -> str:
+        """The label with its unit, for an axis: "Step time (s)"."""
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+REWARDS = ChartGroup("rewards", "Rewards")
+ENTROPY_GROUP = ChartGroup("entropy", "Entropy")
+KL = ChartGroup("kl", "KL loss and coefficient")
+PG = ChartGroup("pg", "Policy-gradient loss and clip fraction")
+RESPONSE = ChartGroup("response", "Response length and self-reflection")
+REMIX = ChartGroup("remix", "ReMix off-policy reuse")
+SHARING = ChartGroup("sharing", "Sharing regime")
+THROUGHPUT = ChartGroup("throughput", "Throughput")
+OPTIM = ChartGroup("optim", "Optimiser")
+OTHER = ChartGroup("other", "Other")
+"""The group of keys the catalogue does not know."""
+
+GROUPS: tuple[ChartGroup, ...] = (
+    REWARDS,
+    ENTROPY_GROUP,
+    KL,
+    PG,
+    RESPONSE,
+    REMIX,
+    SHARING,
+    THROUGHPUT,
+    OPTIM,
+)
+"""The chart groups in the order the run page shows them (:data:`OTHER` comes last)."""
+
+CATALOGUE: tuple[MetricInfo, ...] = (
+    MetricInfo(TRAIN_REWARD_MEAN, "Training reward (mean)", "", REWARDS),
+    MetricInfo(VAL_REWARD_AT_1, "Validation reward@1", "", REWARDS),
+    MetricInfo(TRAIN_ACCURACY, "Training accuracy", "", REWARDS),
+    MetricInfo(ENTROPY, "Entropy", "nats", ENTROPY_GROUP),
+    MetricInfo(KL_LOSS, "KL loss", "nats", KL),
+    MetricInfo(KL_COEF, "KL coefficient", "", KL),
+    MetricInfo(PG_LOSS, "Policy-gradient loss", "", PG),
+    MetricInfo(CLIP_FRAC, "Clip fraction", "", PG),
+    MetricInfo(RESPONSE_LENGTH_MEAN, "Response length (mean)", "tokens", RESPONSE),
+    MetricInfo(RESPONSE_LENGTH_MAX, "Response length (max)", "tokens", RESPONSE),
+    MetricInfo(SELF_REFLECTION_RATE, "Self-reflection rate", "", RESPONSE),
+    MetricInfo(REMIX_IS_RATIO_MEAN, "ReMix IS ratio (mean)", "", REMIX),
+    MetricInfo(REMIX_IS_RATIO_MAX, "ReMix IS ratio (max)", "", REMIX),
+    MetricInfo(REMIX_OFFPOLICY_FRAC, "ReMix off-policy fraction", "", REMIX),
+    MetricInfo(REMIX_KL_BASE, "ReMix KL to the base policy", "nats", REMIX),
+    MetricInfo(REMIX_KL_PREV, "ReMix KL to the previous policy", "nats", REMIX),
+    MetricInfo(REMIX_LAMBDA, "ReMix λ", "", REMIX),
+    MetricInfo(REMIX_REPLAY_SIZE, "ReMix replay size", "samples", REMIX),
+    MetricInfo(PRP_IS_WEIGHT_MEAN, "PRP importance weight (mean)", "", SHARING),
+    MetricInfo(PRP_IS_WEIGHT_CLIPPED_FRAC, "PRP clipped-weight fraction", "", SHARING),
+    MetricInfo(PRP_PEER_SAMPLES, "PRP peer samples", "samples", SHARING),
+    MetricInfo(XGRPO_BASELINE_SHIFT, "XGRPO baseline shift (mean)", "", SHARING),
+    MetricInfo(XGRPO_POOLED_STD, "XGRPO pooled std (mean)", "", SHARING),
+    MetricInfo(SGT_RESCUE_SET_SIZE, "SGT rescue-set size", "prompts", SHARING),
+    MetricInfo(SGT_RESCUE_RATE, "SGT rescue rate", "", SHARING),
+    MetricInfo(SGT_NLL, "SGT transfer NLL", "nats", SHARING),
+    MetricInfo(THL_RESIDUAL_SPAN_FRAC, "THL residual-span fraction", "", SHARING),
+    MetricInfo(THL_MASS_ERROR, "THL mass error", "", SHARING),
+    MetricInfo(TOKENS_PER_S, "Throughput", "tokens/s", THROUGHPUT),
+    MetricInfo(STEP_S, "Step time", "s", THROUGHPUT),
+    MetricInfo(GENERATE_S, "Generation time", "s", THROUGHPUT),
+    MetricInfo(EXCHANGE_S, "Exchange time", "s", THROUGHPUT),
+    MetricInfo(TRAIN_S, "Training time", "s", THROUGHPUT),
+    MetricInfo(ROLLOUTS_TOTAL, "Rollouts so far", "rollouts", THROUGHPUT),
+    MetricInfo(RESPONSE_TOKENS_TOTAL, "Response tokens so far", "tokens", THROUGHPUT),
+    MetricInfo(GRAD_NORM, "Gradient norm", "", OPTIM),
+    MetricInfo(LR, "Learning rate", "", OPTIM),
+)
+"""Every metric the trainer logs, in chart order within its group."""
+
+BY_KEY: Mapping[str, MetricInfo] = MappingProxyType({info.key: info for info in CATALOGUE})
+
+FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = ()
+"""Keys with a variable part, as ``(pattern, label template, unit, group)``; the label
+template is formatted with the pattern's named groups. The trainer logs none today."""
+
+_PREFIX_GROUPS = {"prp": SHARING, "xgrpo": SHARING, "sgt": SHARING, "thl": SHARING}
+_PREFIX_GROUPS |= {"remix": REMIX, "perf": THROUGHPUT, "response": RESPONSE}
+
+
+def describe(key: str) -> MetricInfo:
+    """The catalogue's entry of ``key``; for a key of a family, its entry with the
+    variable parts filled in; otherwise the key itself as label, no unit, and the group
+    of its prefix where that names one (``sgt/...``: the sharing regime), else Other."""
+    info = BY_KEY.get(key)
+    if info is not None:
+        return info
+    for pattern, label, unit, group in FAMILIES:
+        found = pattern.fullmatch(key)
+        if found:
+            return MetricInfo(key, label.format(**found.groupdict()), unit, group)
+    return MetricInfo(key, key, "", _PREFIX_GROUPS.get(key.split("/", 1)[0], OTHER))
+
+
+def label(key: str) -> str:
+    """The display name of ``key``: "Validation reward@1" for ``val/reward@1``."""
+    return describe(key).label
+
+
+def axis_label(key: str) -> str:
+    """The display name with its unit: "Step time (s)" for ``perf/step_s``."""
+    return describe(key).axis_label
+
+
+POOL_REDUCTIONS: Mapping[str, str] = MappingProxyType(
+    {TRAIN_REWARD_MEAN: "mean", VAL_REWARD_AT_1: "mean", STEP_S: "max"}
+)
+"""The keys rank 0 writes under :data:`POOL`, and how it reduces the policies' values."""
+
+
+def policy_label(policy: str, key: str | None = None) -> str:
+    """The name people read for ``policy``: :data:`POOL` is "pool mean" ("pool max" for
+    the one key whose pool value is the slowest policy's, ``perf/step_s``)."""
+    if policy != POOL:
+        return policy
+    return f"pool {POOL_REDUCTIONS.get(key or '', 'mean')}"
