@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 logger = logging.getLogger("trainer.spool")
 
@@ -44,7 +44,14 @@ TRUNCATIONS_FILE = "spool_truncations.jsonl"
 
 POINT_FIELDS = ("policy", "key", "step", "value", "wall_time")
 EVENT_FIELDS = ("step", "source", "target", "kind", "prompt_id", "count", "weight")
+EVENT_OPTIONAL_FIELDS = ("samples",)
 EVENT_KINDS = ("rollout", "advantage_stats", "success")
+# The bounds of an event's samples, as the web app enforces them (webapp/api/batch.py):
+# make_sample cuts to them, so a long response never gets a batch refused.
+MAX_EVENT_SAMPLES = 4
+MAX_SAMPLE_TEXT = 2000
+MAX_SAMPLE_TOKENS = 512
+MAX_TOKEN_CHARS = 32
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 EventKind = Literal["rollout", "advantage_stats", "success"]
@@ -70,6 +77,17 @@ class Event(TypedDict):
     prompt_id: str
     count: int
     weight: float | None
+    samples: NotRequired[list[Sample]]
+
+
+class Sample(TypedDict):
+    """One response that crossed with an event: its text and, where THL retokenized it,
+    its tokens in the target's tokenizer (:func:`make_sample`)."""
+
+    text: str
+    tokens: NotRequired[list[str]]
+    reward: NotRequired[float | None]
+    truncated: bool
 
 
 # --------------------------------------------------------------------------- values
@@ -153,6 +171,45 @@ def make_point(
     }
 
 
+def _shippable_text(text: str, max_length: int) -> tuple[str, bool]:
+    """``text`` as the web app accepts it: NULs and lone surrogates replaced, cut to
+    ``max_length`` characters; and whether it was cut."""
+    clean = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    return clean[:max_length], len(clean) > max_length
+
+
+def make_sample(text: str, tokens: list[str] | None = None, reward: float | None = None) -> Sample:
+    """What crossed with an event, cut to the web app's bounds (``truncated`` says so):
+    the response ``text`` and, for THL paths, its ``tokens`` in the target's tokenizer."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, not {type(text).__name__}")
+    sample_text, truncated = _shippable_text(text, MAX_SAMPLE_TEXT)
+    sample: Sample = {"text": sample_text, "truncated": truncated}
+    if tokens is not None:
+        kept = [_shippable_text(str(t), MAX_TOKEN_CHARS) for t in tokens[:MAX_SAMPLE_TOKENS]]
+        sample["tokens"] = [token for token, _ in kept]
+        truncated = len(tokens) > MAX_SAMPLE_TOKENS or any(cut for _, cut in kept)
+        sample["truncated"] = sample["truncated"] or truncated
+    if reward is not None and math.isfinite(float(reward)):
+        sample["reward"] = float(reward)  # a non-finite reward is left out, as unknown
+    return sample
+
+
+def _check_samples(samples: Any) -> list[Sample]:
+    """``samples`` re-cut by :func:`make_sample`, at most :data:`MAX_EVENT_SAMPLES` (the
+    event's ``count`` still says how many crossed)."""
+    if not isinstance(samples, list):
+        raise TypeError(f"samples must be a list, not {type(samples).__name__}")
+    checked = []
+    for sample in samples[:MAX_EVENT_SAMPLES]:
+        if not isinstance(sample, Mapping) or "text" not in sample:
+            raise TypeError(f"a sample is a dict with a text, not {sample!r}")
+        again = make_sample(sample["text"], sample.get("tokens"), sample.get("reward"))
+        again["truncated"] = again["truncated"] or bool(sample.get("truncated"))
+        checked.append(again)
+    return checked
+
+
 def make_event(
     step: int,
     source: str,
@@ -161,11 +218,14 @@ def make_event(
     prompt_id: str,
     count: int = 1,
     weight: float | None = None,
+    samples: list[Sample] | None = None,
 ) -> Event:
-    """A validated peer-transfer event. ``kind`` is one of :data:`EVENT_KINDS`."""
+    """A validated peer-transfer event. ``kind`` is one of :data:`EVENT_KINDS`;
+    ``samples`` (from :func:`make_sample`; the first :data:`MAX_EVENT_SAMPLES` are kept)
+    is what crossed, left out of the record when None."""
     if kind not in EVENT_KINDS:
         raise ValueError(f"kind must be one of {list(EVENT_KINDS)}, not {kind!r}")
-    return {
+    event: Event = {
         "step": _check_count("step", step),
         "source": _check_name("source", source),
         "target": _check_name("target", target),
@@ -174,12 +234,21 @@ def make_event(
         "count": _check_count("count", count),
         "weight": None if weight is None else _check_finite("weight", weight),
     }
+    if samples is not None:
+        event["samples"] = _check_samples(samples)
+    return event
 
 
-def _check_fields(record: Mapping[str, Any], expected: tuple[str, ...], what: str) -> None:
-    if not isinstance(record, Mapping) or set(record) != set(expected):
+def _check_fields(
+    record: Mapping[str, Any], expected: tuple[str, ...], what: str, optional: tuple[str, ...] = ()
+) -> None:
+    if not isinstance(record, Mapping) or not set(expected) <= set(record) <= {
+        *expected,
+        *optional,
+    }:
         got = sorted(record) if isinstance(record, Mapping) else type(record).__name__
-        raise ValueError(f"a {what} has exactly the fields {list(expected)}, got {got}")
+        extra = f" (and optionally {list(optional)})" if optional else ""
+        raise ValueError(f"a {what} has exactly the fields {list(expected)}{extra}, got {got}")
 
 
 def normalize_point(record: Mapping[str, Any]) -> Point:
@@ -189,8 +258,8 @@ def normalize_point(record: Mapping[str, Any]) -> Point:
 
 
 def normalize_event(record: Mapping[str, Any]) -> Event:
-    """Validate an event given as a plain dict (exact fields)."""
-    _check_fields(record, EVENT_FIELDS, "event")
+    """Validate an event given as a plain dict (exact fields, samples optional)."""
+    _check_fields(record, EVENT_FIELDS, "event", EVENT_OPTIONAL_FIELDS)
     return make_event(**record)
 
 

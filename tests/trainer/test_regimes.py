@@ -149,7 +149,13 @@ def test_sgt_logs_a_success_event_per_source_and_prompt_and_its_rates() -> None:
         StepRecord("c", 1, ("p0", "p1"), topics={SUCCESSES_TOPIC: {}}),
     ]
 
+    class FakeTokenizer:
+        def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+            return [f"<{i}>" for i in ids]
+
     class FakePolicy:  # what SGT needs of a policy: GRPO advantages and a text encoder
+        tokenizer = FakeTokenizer()
+
         def advantages(self, r: Rollouts) -> torch.Tensor:
             return torch.zeros(len(r.batch))
 
@@ -159,6 +165,9 @@ def test_sgt_logs_a_success_event_per_source_and_prompt_and_its_rates() -> None:
     result = regime.learn(FakePolicy(), rollouts, peers, step=1)  # type: ignore[arg-type]
     fields = ("source", "target", "kind", "prompt_id", "count")
     assert [tuple(e[f] for f in fields) for e in result.events] == [("b", "a", "success", "p0", 1)]
+    assert result.events[0]["samples"] == [
+        {"text": "\\boxed{0}", "tokens": ["<9>", "<0>"], "truncated": False}
+    ]
     assert result.metrics == {m.SGT_RESCUE_SET_SIZE: 1.0, m.SGT_RESCUE_RATE: 0.5}
     assert result.batch.aux_response_ids == [[9, 0]]
     assert result.batch.aux_coef == 0.1

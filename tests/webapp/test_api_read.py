@@ -249,6 +249,7 @@ def test_events_are_listed_by_step_with_a_total(client: Client, alice: User, fil
         "prompt_id",
         "count",
         "weight",
+        "has_samples",
     }
     assert (first["source"], first["target"], first["count"], first["weight"]) == (
         "a",

@@ -31,7 +31,7 @@ from trainer.exchange import StepRecord
 from trainer.models import load_tokenizer
 from trainer.policy import LearnerBatch, Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
-from trainer.spool import make_event
+from trainer.spool import Sample, make_event, make_sample
 from trainer.thl import align_response_logprobs
 
 ROLLOUTS_TOPIC = "rollouts"
@@ -55,6 +55,8 @@ class PeerSample:
     source: str
     prompt_index: int
     prompt_id: str
+    text: str
+    """The peer's response text (decoded with the source's tokenizer)."""
     response_ids: list[int]
     behaviour_logp: list[float]
     reward: float
@@ -137,7 +139,9 @@ class PRP(Regime):
             token_weights=[None] * len(own) + list(weights),
         )
         return RegimeStep(
-            batch, self._events(samples, weights, step), self._metrics(samples, weights)
+            batch,
+            self._events(policy, samples, weights, step),
+            self._metrics(samples, weights),
         )
 
     def _peer_samples(
@@ -167,6 +171,7 @@ class PRP(Regime):
                         source=source,
                         prompt_index=index,
                         prompt_id=problem.id,
+                        text=retokenized.text,
                         response_ids=retokenized.target_ids,
                         behaviour_logp=alignment.target_values,
                         reward=published.reward,
@@ -177,18 +182,21 @@ class PRP(Regime):
         return samples
 
     def _events(
-        self, samples: list[PeerSample], weights: list[list[float]], step: int
+        self, policy: Policy, samples: list[PeerSample], weights: list[list[float]], step: int
     ) -> list[dict[str, Any]]:
+        """One event per (source, prompt): how many of its rollouts joined the group, their
+        mean IS weight, and what crossed (texts, and tokens on the learner's tokenizer)."""
         grouped: dict[tuple[str, str], list[float]] = {}
-        counts: dict[tuple[str, str], int] = {}
+        shipped: dict[tuple[str, str], list[Sample]] = {}
         for sample, sample_weights in zip(samples, weights, strict=True):
             key = (sample.source, sample.prompt_id)
             grouped.setdefault(key, []).extend(sample_weights)
-            counts[key] = counts.get(key, 0) + 1
+            tokens = policy.tokenizer.convert_ids_to_tokens(sample.response_ids)
+            shipped.setdefault(key, []).append(make_sample(sample.text, tokens, sample.reward))
         return [
             make_event(
-                step, source, self.learner, "rollout", prompt_id, counts[(source, prompt_id)],
-                sum(w) / len(w) if w else None,
+                step, source, self.learner, "rollout", prompt_id, len(shipped[(source, prompt_id)]),
+                sum(w) / len(w) if w else None, samples=shipped[(source, prompt_id)],
             )
             for (source, prompt_id), w in grouped.items()
         ]  # fmt: skip

@@ -18,7 +18,7 @@ from trainer import metrics as m
 from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
-from trainer.spool import make_event
+from trainer.spool import Sample, make_event, make_sample
 
 SUCCESSES_TOPIC = "successes"
 
@@ -83,20 +83,23 @@ class SGT(Regime):
         peer_successes = {peer.policy: peer.topics[SUCCESSES_TOPIC] for peer in peers}
         rescues, failed_all = rescue_set(rollouts, peer_successes, self.config.sgt.k_sgt)
         batch = LearnerBatch.on_policy(rollouts, policy.advantages(rollouts))
+        response_ids = [policy.encode_response(r.text) for r in rescues]
         if rescues:
             group = rollouts.group_size
             batch.aux_prompt_ids = [
                 rollouts.batch.prompt_ids[r.prompt_index * group] for r in rescues
             ]
-            batch.aux_response_ids = [policy.encode_response(r.text) for r in rescues]
+            batch.aux_response_ids = response_ids
             batch.aux_coef = self.config.sgt.lambda_sgt
-        counts: dict[tuple[str, str], int] = {}
-        for rescue in rescues:
-            key = (rescue.source, rescue.prompt_id)
-            counts[key] = counts.get(key, 0) + 1
+        shipped: dict[tuple[str, str], list[Sample]] = {}
+        for rescue, ids in zip(rescues, response_ids, strict=True):
+            tokens = policy.tokenizer.convert_ids_to_tokens(ids)
+            shipped.setdefault((rescue.source, rescue.prompt_id), []).append(
+                make_sample(rescue.text, tokens)
+            )
         events = [
-            make_event(step, source, self.learner, "success", prompt_id, count)
-            for (source, prompt_id), count in counts.items()
+            make_event(step, source, self.learner, "success", prompt_id, len(texts), samples=texts)
+            for (source, prompt_id), texts in shipped.items()
         ]
         rescued_prompts = len({r.prompt_id for r in rescues})
         return RegimeStep(

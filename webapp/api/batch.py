@@ -13,6 +13,14 @@ non-empty strings of at most 64 characters, ``key`` and ``prompt_id`` at most 12
 ``wall_time`` is a finite number (or null/missing); ``weight`` a finite number or null;
 ``count`` defaults to 1; ``kind`` is rollout | advantage_stats | success. A batch holds
 at most 10,000 points and 10,000 events (413 above).
+
+An event may carry ``samples``, what crossed (null or missing for old trainers): at most
+:data:`MAX_EVENT_SAMPLES` objects ``{"text", "tokens"?, "reward"?, "truncated"?}``:
+the peer's response text (at most :data:`MAX_SAMPLE_TEXT` characters, may be empty),
+its retokenization in the target's tokenizer as token strings (at most
+:data:`MAX_SAMPLE_TOKENS`, each at most :data:`MAX_TOKEN_CHARS` characters), the
+rollout's reward (finite or null) and whether the trainer cut the text or tokens to
+these bounds. Anything longer is refused (400), not cut: the trainer does the cutting.
 """
 
 from __future__ import annotations
@@ -29,14 +37,22 @@ MAX_INT32 = 2**31 - 1
 NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 EVENT_KINDS = ("rollout", "advantage_stats", "success")
 STATUS_STATES = ("running", "completing", "completed", "failed")
+MAX_EVENT_SAMPLES = 4
+MAX_SAMPLE_TEXT = 2000
+MAX_SAMPLE_TOKENS = 512
+MAX_TOKEN_CHARS = 32
 
 # name -> (max length) for the text fields of points and events
 POINT_NAMES = {"policy": 64, "key": 128}
 EVENT_NAMES = {"source": 64, "target": 64, "prompt_id": 128}
 POINT_FIELDS = frozenset({"policy", "key", "step", "value", "wall_time"})
 POINT_REQUIRED = frozenset({"policy", "key", "step", "value"})
-EVENT_FIELDS = frozenset({"step", "source", "target", "kind", "prompt_id", "count", "weight"})
+EVENT_FIELDS = frozenset(
+    {"step", "source", "target", "kind", "prompt_id", "count", "weight", "samples"}
+)
 EVENT_REQUIRED = frozenset({"step", "source", "target", "kind", "prompt_id"})
+SAMPLE_FIELDS = frozenset({"text", "tokens", "reward", "truncated"})
+SAMPLE_REQUIRED = frozenset({"text"})
 STATUS_FIELDS = frozenset({"state", "message"})
 
 
@@ -64,6 +80,8 @@ class EventIn(NamedTuple):
     prompt_id: str
     count: int
     weight: float | None
+    samples: list[dict[str, Any]] | None = None
+    """What crossed (see the module docstring); None: not recorded."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +216,43 @@ def parse_point(where: str, record: Any) -> PointIn:
     )
 
 
+def parse_sample(where: str, record: Any) -> dict[str, Any]:
+    """One sample of an event's ``samples``, as it is stored (missing fields left out)."""
+    _fields(where, record, SAMPLE_FIELDS, SAMPLE_REQUIRED)
+    sample: dict[str, Any] = {
+        "text": _text(where, "text", record["text"], MAX_SAMPLE_TEXT, allow_empty=True)
+    }
+    tokens = record.get("tokens")
+    if tokens is not None:
+        tokens = _list(f"{where}.tokens", tokens)
+        if len(tokens) > MAX_SAMPLE_TOKENS:
+            raise BatchError(
+                f"{where}.tokens: {len(tokens)} tokens; at most {MAX_SAMPLE_TOKENS} "
+                '(cut them and set "truncated": true)'
+            )
+        sample["tokens"] = [
+            _text(where, f"tokens[{i}]", token, MAX_TOKEN_CHARS, allow_empty=True)
+            for i, token in enumerate(tokens)
+        ]
+    if "reward" in record:
+        sample["reward"] = _finite_or_null(where, "reward", record["reward"])
+    truncated = record.get("truncated", False)
+    if type(truncated) is not bool:
+        raise BatchError(f"{where}.truncated: must be true or false, not {_show(truncated)}")
+    sample["truncated"] = truncated
+    return sample
+
+
+def parse_samples(where: str, value: Any) -> list[dict[str, Any]] | None:
+    """An event's ``samples``: None when null or missing."""
+    if value is None:
+        return None
+    samples = _list(where, value)
+    if len(samples) > MAX_EVENT_SAMPLES:
+        raise BatchError(f"{where}: {len(samples)} samples; at most {MAX_EVENT_SAMPLES}")
+    return [parse_sample(f"{where}[{i}]", sample) for i, sample in enumerate(samples)]
+
+
 def parse_event(where: str, record: Any) -> EventIn:
     _fields(where, record, EVENT_FIELDS, EVENT_REQUIRED)
     kind = record["kind"]
@@ -211,6 +266,7 @@ def parse_event(where: str, record: Any) -> EventIn:
         _text(where, "prompt_id", record["prompt_id"], EVENT_NAMES["prompt_id"]),
         _int(where, "count", record.get("count", 1)),
         _finite_or_null(where, "weight", record.get("weight")),
+        parse_samples(f"{where}.samples", record.get("samples")),
     )
 
 

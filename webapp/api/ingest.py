@@ -14,6 +14,7 @@ counts from before and after; SQLite stores NaN as NULL, which readers treat as 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -234,21 +235,27 @@ def _points_insert_portable(points: Sequence[PointIn], ids: dict[SeriesKey, int]
 
 # --------------------------------------------------------------------------- events
 
-_EVENT_COLUMNS = ("step", "source", "target", "kind", "prompt_id", "count", "weight")
+_EVENT_COLUMNS = ("step", "source", "target", "kind", "prompt_id", "count", "weight", "samples")
+
+
+def _samples_json(samples: list[dict[str, Any]] | None) -> str | None:
+    return None if samples is None else json.dumps(samples, ensure_ascii=False)
 
 
 def _events_store(run_id: int, events: Sequence[EventIn]) -> int:
     """Insert ``events`` (no repeated keys); the number that were new."""
     if connection.vendor != "postgresql":
         return _events_insert_portable(run_id, events)
-    rows = sorted(
-        (e.step, e.source, e.target, e.kind, e.prompt_id, e.count, e.weight) for e in events
-    )
+    # EventIn's fields in _EVENT_COLUMNS' order, the samples as JSON text
+    rows = sorted((*e[:7], _samples_json(e.samples)) for e in events)
     columns = [list(column) for column in zip(*rows, strict=True)]
     sql = (
         f"INSERT INTO {_table(TransferEvent)} (run_id, {', '.join(_EVENT_COLUMNS)}) "
-        "SELECT %s, * FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::text[], "
-        "%s::int[], %s::float8[]) ON CONFLICT DO NOTHING"
+        "SELECT %s, u.step, u.source, u.target, u.kind, u.prompt_id, u.count, u.weight, "
+        "u.samples::jsonb FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], "
+        "%s::text[], %s::int[], %s::float8[], %s::text[]) "
+        "AS u(step, source, target, kind, prompt_id, count, weight, samples) "
+        "ON CONFLICT DO NOTHING"
     )
     return _bulk_execute(sql, [run_id, *columns])
 

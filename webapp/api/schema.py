@@ -79,6 +79,41 @@ SCHEMAS: dict[str, Any] = {
             "prompt_id": _name(batch.EVENT_NAMES["prompt_id"], "The prompt's id"),
             "count": {**_int(0, batch.MAX_INT32, "How many (default 1)"), "default": 1},
             "weight": FINITE_OR_NULL,
+            "samples": {
+                "description": "What crossed (null or missing: not recorded); the trainer "
+                "cuts texts and token lists to the limits and says so in truncated",
+                "oneOf": [
+                    {"type": "array", "maxItems": batch.MAX_EVENT_SAMPLES, "items": _ref("Sample")},
+                    {"type": "null"},
+                ],
+            },
+        },
+    },
+    "Sample": {
+        "type": "object",
+        "description": "One response that crossed: its text, and its retokenization in the "
+        "target's tokenizer (THL paths)",
+        "additionalProperties": False,
+        "required": sorted(batch.SAMPLE_REQUIRED),
+        "properties": {
+            "text": {
+                "type": "string",
+                "maxLength": batch.MAX_SAMPLE_TEXT,
+                "pattern": NO_NUL,
+                "description": "The peer's response text (may be empty)",
+            },
+            "tokens": {
+                "type": ["array", "null"],
+                "maxItems": batch.MAX_SAMPLE_TOKENS,
+                "items": {"type": "string", "maxLength": batch.MAX_TOKEN_CHARS, "pattern": NO_NUL},
+                "description": "The text retokenized: token strings of the target's tokenizer",
+            },
+            "reward": FINITE_OR_NULL,
+            "truncated": {
+                "type": "boolean",
+                "default": False,
+                "description": "The text or the tokens were cut to the limits",
+            },
         },
     },
     "Status": {
@@ -220,25 +255,51 @@ SCHEMAS: dict[str, Any] = {
             "total": {"type": "integer", "minimum": 0},
             "limit": {"type": "integer"},
             "offset": {"type": "integer"},
-            "events": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": [
-                        *("id", "step", "source", "target"),
-                        *("kind", "prompt_id", "count", "weight"),
-                    ],
-                    "properties": {
-                        "id": {"type": "integer"},
-                        "step": {"type": "integer"},
-                        "source": {"type": "string"},
-                        "target": {"type": "string"},
-                        "kind": {"type": "string", "enum": list(batch.EVENT_KINDS)},
-                        "prompt_id": {"type": "string"},
-                        "count": {"type": "integer"},
-                        "weight": {"type": ["number", "null"]},
-                    },
+            "events": {"type": "array", "items": _ref("EventRow")},
+        },
+    },
+    "EventRow": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": [
+            *("id", "step", "source", "target"),
+            *("kind", "prompt_id", "count", "weight", "has_samples"),
+        ],
+        "properties": {
+            "id": {"type": "integer"},
+            "step": {"type": "integer"},
+            "source": {"type": "string"},
+            "target": {"type": "string"},
+            "kind": {"type": "string", "enum": list(batch.EVENT_KINDS)},
+            "prompt_id": {"type": "string"},
+            "count": {"type": "integer"},
+            "weight": {"type": ["number", "null"]},
+            "has_samples": {
+                "type": "boolean",
+                "description": "Whether what crossed was recorded (the event's detail)",
+            },
+        },
+    },
+    "EventDetail": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["run", "regime", "event", "samples", "limits"],
+        "properties": {
+            "run": {"type": "integer"},
+            "regime": {"type": "string"},
+            "event": _ref("EventRow"),
+            "samples": {
+                "description": "What crossed; null: not recorded (an older trainer)",
+                "oneOf": [{"type": "array", "items": _ref("Sample")}, {"type": "null"}],
+            },
+            "limits": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["samples", "text", "tokens"],
+                "properties": {
+                    "samples": {"const": batch.MAX_EVENT_SAMPLES},
+                    "text": {"const": batch.MAX_SAMPLE_TEXT},
+                    "tokens": {"const": batch.MAX_SAMPLE_TOKENS},
                 },
             },
         },
@@ -395,6 +456,14 @@ def _read(summary: str, reply: str, parameters: list[dict[str, Any]]) -> dict[st
     }
 
 
+EVENT_FILTERS = [
+    _text_query("source", 64, "Only from this policy"),
+    _text_query("target", 64, "Only to this policy"),
+    _query("kind", {"type": "string", "enum": list(batch.EVENT_KINDS)}),
+    _query("step_min", _int(0, views.MAX_INT32, "From this step")),
+    _query("step_max", _int(0, views.MAX_INT32, "To this step (>= step_min)")),
+]
+
 SPEC_QUERY = [
     _query(
         "runs",
@@ -475,19 +544,33 @@ PATHS: dict[str, Any] = {
         "Events",
         [
             RUN_ID,
-            _text_query("source", 64, "Only from this policy"),
-            _text_query("target", 64, "Only to this policy"),
-            _query("kind", {"type": "string", "enum": list(batch.EVENT_KINDS)}),
-            _query("step_min", _int(0, views.MAX_INT32, "From this step")),
-            _query("step_max", _int(0, views.MAX_INT32, "To this step (>= step_min)")),
+            *EVENT_FILTERS,
             _query("limit", _int(1, views.MAX_EVENTS_LIMIT, "Page size")),
             _query("offset", _int(0, None, "Events to skip")),
         ],
     ),
     "/api/v1/runs/{run_id}/events/summary": _read(
-        "Transfer counts: source x target matrix, and per step bucket x kind",
+        "Transfer counts of the events that pass the log's filters: source x target "
+        "matrix, and per step bucket x kind",
         "EventsSummary",
-        [RUN_ID, _query("buckets", _int(1, views.MAX_SUMMARY_BUCKETS, "Step buckets"))],
+        [
+            RUN_ID,
+            *EVENT_FILTERS,
+            _query("buckets", _int(1, views.MAX_SUMMARY_BUCKETS, "Step buckets")),
+        ],
+    ),
+    "/api/v1/runs/{run_id}/events/{event_id}": _read(
+        "One transfer event with what crossed (response texts, retokenized tokens)",
+        "EventDetail",
+        [
+            RUN_ID,
+            {
+                "name": "event_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "integer", "minimum": 0},
+            },
+        ],
     ),
     "/api/v1/runs/{run_id}/status": _read(
         "The run's state, facts and timestamps", "RunStatus", [RUN_ID]

@@ -14,12 +14,15 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import (
+    BooleanField,
     Count,
+    ExpressionWrapper,
     F,
     IntegerField,
     Max,
     Min,
     OuterRef,
+    Q,
     QuerySet,
     Subquery,
     Sum,
@@ -255,9 +258,19 @@ def events_of_run(run: Run, filters: EventFilters) -> QuerySet[TransferEvent]:
 def events_page(
     run: Run, filters: EventFilters, *, limit: int, offset: int
 ) -> tuple[int, list[TransferEvent]]:
-    """``(total matching, the events in [offset, offset + limit))`` by step."""
+    """``(total matching, the events in [offset, offset + limit))`` by step; their
+    ``samples`` are not loaded (:func:`event_of_run` does), ``has_samples`` says whether
+    there are any."""
     queryset = events_of_run(run, filters)
-    return queryset.count(), list(queryset[offset : offset + limit])
+    page = queryset.defer("samples").annotate(
+        has_samples=ExpressionWrapper(Q(samples__isnull=False), output_field=BooleanField())
+    )
+    return queryset.count(), list(page[offset : offset + limit])
+
+
+def event_of_run(run: Run, event_id: int) -> TransferEvent | None:
+    """One event of ``run`` with its samples; None when ``run`` has no such event."""
+    return TransferEvent.objects.filter(run=run, pk=event_id).first()
 
 
 @dataclass
@@ -281,9 +294,11 @@ def bucket_size_for(first: int, last: int, buckets: int) -> int:
     return max(1, -(-(last - first + 1) // buckets))
 
 
-def events_summary(run: Run, *, buckets: int) -> EventsSummary:
-    """Counts (the events' ``count`` summed) per source x target and per step bucket x kind."""
-    events = TransferEvent.objects.filter(run=run).order_by()
+def events_summary(run: Run, filters: EventFilters | None = None, *, buckets: int) -> EventsSummary:
+    """Counts (the events' ``count`` summed) per source x target and per step bucket x kind,
+    of the events that pass ``filters`` (the log's filters). The policies are the pool's
+    whatever the filters, so the matrix keeps its shape."""
+    events = events_of_run(run, filters or EventFilters()).order_by()
     pairs = list(events.values("source", "target").annotate(c=Sum("count")))
     policies = _policy_order(run, {p["source"] for p in pairs} | {p["target"] for p in pairs})
     index = {name: i for i, name in enumerate(policies)}

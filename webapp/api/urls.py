@@ -11,6 +11,7 @@ urlpatterns = [
     path("runs/<int:run_id>/keys", views.keys, name="keys"),
     path("runs/<int:run_id>/events", views.events, name="events"),
     path("runs/<int:run_id>/events/summary", views.events_summary, name="events_summary"),
+    path("runs/<int:run_id>/events/<int:event_id>", views.event_detail, name="event_detail"),
     path("runs/<int:run_id>/status", views.status, name="status"),
     path("worker", views.worker, name="worker"),
     path("schema", schema.schema, name="schema"),

@@ -20,7 +20,14 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import selectors
-from webapp.api.batch import EVENT_KINDS, BatchError, parse_batch
+from webapp.api.batch import (
+    EVENT_KINDS,
+    MAX_EVENT_SAMPLES,
+    MAX_SAMPLE_TEXT,
+    MAX_SAMPLE_TOKENS,
+    BatchError,
+    parse_batch,
+)
 from webapp.api.http import (
     ParamError,
     allow_methods,
@@ -188,6 +195,7 @@ def _event_json(event: TransferEvent) -> dict[str, Any]:
         "prompt_id": event.prompt_id,
         "count": event.count,
         "weight": event.weight,
+        "has_samples": getattr(event, "has_samples", event.samples is not None),
     }
 
 
@@ -197,7 +205,8 @@ def _event_json(event: TransferEvent) -> dict[str, Any]:
 def events(request: HttpRequest, run_id: int) -> HttpResponse:
     """``?source=&target=&kind=&step_min=&step_max=&limit=&offset=`` ->
     ``{"run", "total", "limit", "offset", "events": [{"id", "step", "source", "target",
-    "kind", "prompt_id", "count", "weight"}]}`` ordered by step."""
+    "kind", "prompt_id", "count", "weight", "has_samples"}]}`` ordered by step. What
+    crossed (the samples) is left out, to keep a page small: :func:`event_detail`."""
     run = _viewable_run(request, run_id)
     filters = _event_filters(request)
     limit = int_param(request.GET, "limit", DEFAULT_EVENTS_LIMIT, low=1, high=MAX_EVENTS_LIMIT)
@@ -214,17 +223,48 @@ def events(request: HttpRequest, run_id: int) -> HttpResponse:
     )
 
 
+MAX_ID = 2**63 - 1  # larger ids are no event's (PostgreSQL would refuse the number)
+
+
+@never_cache
+@allow_methods("GET")
+@login_required_json
+def event_detail(request: HttpRequest, run_id: int, event_id: int) -> HttpResponse:
+    """One event with what crossed: ``{"run", "regime", "event": {...as in the list},
+    "samples": [{"text", "tokens"?, "reward"?, "truncated"}] or null (not recorded),
+    "limits": {"samples", "text", "tokens"}}``; 404 when the run has no such event."""
+    run = _viewable_run(request, run_id)
+    event = selectors.event_of_run(run, event_id) if event_id <= MAX_ID else None
+    if event is None:
+        return json_error("no such event in this run", 404)
+    return json_reply(
+        {
+            "run": run.pk,
+            "regime": run.regime,
+            "event": _event_json(event),
+            "samples": event.samples,
+            "limits": {
+                "samples": MAX_EVENT_SAMPLES,
+                "text": MAX_SAMPLE_TEXT,
+                "tokens": MAX_SAMPLE_TOKENS,
+            },
+        }
+    )
+
+
 @never_cache
 @allow_methods("GET")
 @login_required_json
 def events_summary(request: HttpRequest, run_id: int) -> HttpResponse:
-    """``?buckets=N`` -> ``{"run", "policies": [...], "matrix": [[count of source i ->
-    target j]], "kinds", "total", "bucket_size", "over_time": [{"step", "kind", "count"}]}``."""
+    """``?source=&target=&kind=&step_min=&step_max=&buckets=N`` (the log's filters) ->
+    ``{"run", "policies": [...], "matrix": [[count of source i -> target j]], "kinds",
+    "total", "bucket_size", "over_time": [{"step", "kind", "count"}]}``."""
     run = _viewable_run(request, run_id)
+    filters = _event_filters(request)
     buckets = int_param(
         request.GET, "buckets", DEFAULT_SUMMARY_BUCKETS, low=1, high=MAX_SUMMARY_BUCKETS
     )
-    summary = selectors.events_summary(run, buckets=buckets or DEFAULT_SUMMARY_BUCKETS)
+    summary = selectors.events_summary(run, filters, buckets=buckets or DEFAULT_SUMMARY_BUCKETS)
     return json_reply(
         {
             "run": run.pk,
