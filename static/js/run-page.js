@@ -1,6 +1,6 @@
-// The run page's loop: polls the read API for the run's state, its timeline and actions,
-// the job's output, the curves (run-charts.js) and the peer transfers (run-transfers.js);
-// no page reload.
+// The run page's loop: polls the read API for the run's state, progress, timeline and
+// actions (one status read), the job's output, the curves (run-charts.js) and the peer
+// transfers (run-transfers.js); no page reload, and no fetch of the page itself.
 //
 // Every string from the server goes into the page through textContent (never innerHTML).
 "use strict";
@@ -11,75 +11,81 @@
   let state = null;
 
   // --- status ------------------------------------------------------------------------
-  // The timeline (and the actions, which follow the state: cancel while the run lives,
-  // resubmit after) are the server's rendering of this page: they are fetched again when
-  // the run's state, or the time it last entered a state, changes (a row per change).
-  const initialState = document.querySelector("#run-state .state").textContent.trim();
-  let lifecycle = null; // the last status's state and state timestamps
-  let timelineStale = false;
-
+  // One read of the status API per poll brings the facts, the progress, the timeline and
+  // what the actions depend on; the page itself is never fetched again (a fetch of it
+  // would take the flash message a pending redirect left for the next page view).
   async function refreshStatus() {
     const status = await getJSON(config.urls.status);
     state = status.state;
-    const now = ["state", "queued_at", "submitted_at", "started_at", "finished_at"].map((name) => status[name]).join("|");
-    if (lifecycle === null ? status.state !== initialState : now !== lifecycle) timelineStale = true;
-    lifecycle = now;
     const badge = document.querySelector("#run-state .state");
     badge.textContent = status.state;
     badge.className = "state state-" + status.state;
     for (const node of document.querySelectorAll("#run-facts [data-field]")) {
       let value = status[node.dataset.field];
-      if (value && node.dataset.field.endsWith("_at")) value = value.replace("T", " ").slice(0, 19);
+      if (value && node.dataset.field.endsWith("_at")) value = when(value);
       node.textContent = value === null || value === undefined || value === "" ? "–" : String(value);
     }
+    showProgress(status);
+    showTimeline(status.timeline || []);
+    showActions(status);
   }
 
-  function timelineRow(row) {
-    // Rebuilt from the cells' text: nothing of the fetched page is parsed into this one.
-    const cells = Array.from(row.cells, (cell) => cell.textContent.trim());
-    const tr = el("tr");
-    if (cells.length < 3) {
-      tr.append(el("td", { colspan: "3", class: "empty" }, cells.join(" ")));
+  function when(iso) {
+    return iso.replace("T", " ").slice(0, 19); // the server's time zone (UTC), as rendered
+  }
+
+  // The bar's width is the share of steps done; its text is the server's
+  // ("step 30/60 · 2m10s elapsed · ETA 2m", "step 60/60 · ran 4m10s", "queued").
+  function showProgress(status) {
+    const box = document.getElementById("run-progress");
+    if (!box) return;
+    const percent = Math.floor(100 * Math.min(1, Math.max(0, Number(status.progress) || 0)));
+    box.className = "progress progress-" + status.state;
+    box.querySelector(".progress-fill").style.width = percent + "%";
+    box.querySelector(".progress-bar").setAttribute("aria-valuenow", String(percent));
+    box.querySelector(".progress-text").textContent = status.progress_text;
+  }
+
+  let shownTimeline = null;
+  function showTimeline(changes) {
+    const key = JSON.stringify(changes);
+    if (key === shownTimeline) return; // unchanged: leave the rows (and a selection) be
+    shownTimeline = key;
+    const rows = changes.map((change) => {
+      const stateCell = el("td");
+      stateCell.append(el("span", { class: "state state-" + change.state, "data-testid": "run-state" }, change.state));
+      const tr = el("tr");
+      tr.append(el("td", {}, when(change.at)), stateCell, el("td", {}, change.note));
       return tr;
+    });
+    if (!rows.length) {
+      const empty = el("tr");
+      empty.append(el("td", { colspan: "3", class: "empty" }, "No changes recorded."));
+      rows.push(empty);
     }
-    const badge = el("span", { class: "state state-" + cells[1], "data-testid": "run-state" }, cells[1]);
-    const stateCell = el("td");
-    stateCell.append(badge);
-    tr.append(el("td", {}, cells[0]), stateCell, el("td", {}, cells[2]));
-    return tr;
+    document.getElementById("timeline-rows").replaceChildren(...rows);
   }
 
-  function actionsFrom(fetched) {
-    // The buttons are forms (POST, with the CSRF token): rebuilt element by element.
-    const box = el("div", { class: "actions", id: "run-actions" });
-    for (const form of fetched.querySelectorAll(":scope > form")) {
-      const copy = el("form", { method: "post", action: form.getAttribute("action"), class: form.getAttribute("class") || "" });
-      for (const input of form.querySelectorAll("input[type=hidden]")) {
-        copy.append(el("input", { type: "hidden", name: input.getAttribute("name"), value: input.getAttribute("value") || "" }));
-      }
-      const button = form.querySelector("button");
-      if (button) {
-        const attrs = { type: "submit" };
-        for (const name of ["class", "data-testid"]) if (button.hasAttribute(name)) attrs[name] = button.getAttribute(name);
-        copy.append(el("button", attrs, button.textContent.trim()));
-      }
-      box.append(copy);
+  // The action forms are the page's own (their CSRF tokens included); each says when it
+  // applies (data-when): only those that do are in the page (cancel while the run lives,
+  // resubmit after it ended, revoke while it has a token).
+  const actionBox = document.getElementById("run-actions");
+  const actionForms = actionBox ? Array.from(actionBox.querySelectorAll(":scope > form")) : [];
+  function showActions(status) {
+    if (!actionBox) return;
+    const applies = {
+      active: !status.is_terminal,
+      terminal: status.is_terminal,
+      token: status.has_token,
+    };
+    const shown = actionForms.filter((form) => !form.dataset.when || applies[form.dataset.when]);
+    const current = Array.from(actionBox.children);
+    if (shown.length !== current.length || shown.some((form, i) => form !== current[i])) {
+      for (const form of shown) form.hidden = false;
+      actionBox.replaceChildren(...shown); // only on a change: a focused button keeps focus
     }
-    return box;
-  }
-
-  async function refreshTimeline() {
-    if (!timelineStale) return;
-    const response = await fetch(window.location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } });
-    if (!response.ok) throw new Error(`timeline: HTTP ${response.status}`);
-    const fetched = new DOMParser().parseFromString(await response.text(), "text/html");
-    const rows = fetched.querySelectorAll("#timeline-rows > tr");
-    if (!rows.length) return; // not the run page (a login page): try again next time
-    document.getElementById("timeline-rows").replaceChildren(...Array.from(rows, timelineRow));
-    const actions = fetched.getElementById("run-actions");
-    const current = document.getElementById("run-actions");
-    if (actions && current) current.replaceWith(actionsFrom(actions));
-    timelineStale = false;
+    const issue = actionBox.querySelector("[data-testid=issue-token]");
+    if (issue) issue.textContent = status.has_token ? issue.dataset.labelToken : issue.dataset.labelNoToken;
   }
 
   // --- job output ------------------------------------------------------------------
@@ -98,7 +104,7 @@
     const indicator = document.getElementById("live-indicator");
     try {
       await refreshStatus();
-      await Promise.all([window.MRLRun.charts.refresh(), refreshTimeline(), refreshLog()]);
+      await Promise.all([window.MRLRun.charts.refresh(), refreshLog()]);
       if (tick % 3 === 0) await window.MRLRun.transfers.refresh();
       indicator.textContent = TERMINAL.has(state) ? "finished" : "live";
       indicator.classList.remove("bad");

@@ -46,6 +46,7 @@ from webapp.core.selectors import worker_status
 from webapp.experiments import services
 from webapp.experiments.models import Run, TransferEvent
 from webapp.experiments.permissions import get_viewable
+from webapp.experiments.selectors import progress_of_run
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_INT32 = 2**31 - 1
@@ -287,9 +288,13 @@ def _timestamp(run: Run, name: str) -> str | None:
 @allow_methods("GET")
 @login_required_json
 def status(request: HttpRequest, run_id: int) -> HttpResponse:
-    """``{"run", "name", "state", "is_terminal", "status_message", "last_step",
-    "slurm_job_id", "node", "exit_code", "failure_reason", "created_at", "queued_at",
-    "submitted_at", "started_at", "finished_at", "updated_at"}`` (ISO 8601 or null)."""
+    """``{"run", "name", "state", "is_terminal", "status_message", "last_step", "backend",
+    "slurm_job_id", "node", "exit_code", "failure_reason", "has_token", "created_at",
+    "queued_at", "submitted_at", "started_at", "finished_at", "updated_at"}`` (ISO 8601 or
+    null), the progress: ``"total_steps"``, ``"elapsed_s"`` (the duration once finished),
+    ``"eta_s"``, ``"steps_per_s"`` (the last steps' rate; null when unknown),
+    ``"progress"`` (0..1), ``"progress_text"`` (what the page shows), and the timeline:
+    ``"timeline": [{"at", "state", "note"}]`` (oldest first)."""
     run = _viewable_run(request, run_id)
     reply: dict[str, Any] = {
         "run": run.pk,
@@ -298,10 +303,12 @@ def status(request: HttpRequest, run_id: int) -> HttpResponse:
         "is_terminal": run.is_terminal,
         "status_message": run.status_message,
         "last_step": run.last_step,
+        "backend": run.backend,
         "slurm_job_id": run.slurm_job_id,
         "node": run.node,
         "exit_code": run.exit_code,
         "failure_reason": run.failure_reason,
+        "has_token": bool(run.token_hash),
     }
     for name in (
         "created_at",
@@ -312,6 +319,11 @@ def status(request: HttpRequest, run_id: int) -> HttpResponse:
         "updated_at",
     ):
         reply[name] = _timestamp(run, name)
+    reply.update(progress_of_run(run).as_json())
+    reply["timeline"] = [
+        {"at": change.at.isoformat(), "state": change.state, "note": change.note}
+        for change in run.state_changes.all()
+    ]
     return json_reply(reply)
 
 

@@ -11,6 +11,7 @@ import copy
 import hashlib
 import re
 import secrets
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -289,26 +290,40 @@ def sweep_launch(
 
 
 # --- runs ----------------------------------------------------------------------------
-def run_config_for_seed(experiment: Experiment, seed: int) -> dict[str, Any]:
-    """The exact trainer JSON of one run: the experiment's config with this seed."""
+def run_config_for_seed(experiment: Experiment, seed: int, launch: int = 1) -> dict[str, Any]:
+    """The exact trainer JSON of one run: the experiment's config with this seed, named
+    for the seed and (from the second on) for which launch of that seed it is."""
     config = copy.deepcopy(experiment.config)
     config["seed"] = seed
-    config["name"] = _run_name(experiment.name, seed)
+    config["name"] = run_name(experiment.name, seed, launch)
     return RunConfig.from_dict(config).to_dict()
 
 
-def _run_name(experiment_name: str, seed: int) -> str:
-    suffix = f"-s{seed}"
+def run_name(experiment_name: str, seed: int, launch: int = 1) -> str:
+    """``<experiment>-s<seed>`` for a seed's first run, ``<experiment>-s<seed>-launch<n>``
+    for its n-th (a relaunch), cut to a valid 64-character name."""
+    suffix = f"-s{seed}" + (f"-launch{launch}" if launch > 1 else "")
     return experiment_name[: 64 - len(suffix)] + suffix
 
 
 def runs_create(experiment: Experiment, *, state: str = Run.State.DRAFT) -> list[Run]:
-    """One run per seed of ``experiment``, in ``state`` (draft, or queued to launch)."""
+    """One run per seed of ``experiment``, in ``state`` (draft, or queued to launch). A
+    relaunch's runs get names of their own (:func:`run_name`): the n-th run of a seed is
+    its n-th launch, and a name already taken moves on to the next number."""
     now = timezone.now()
     runs = []
     with transaction.atomic():
+        # Locks the experiment's row: two launches at once number their runs in turn.
+        Experiment.objects.select_for_update().filter(pk=experiment.pk).first()
+        taken = set(experiment.runs.values_list("name", flat=True))
+        per_seed = Counter(experiment.runs.values_list("seed", flat=True))
         for seed in experiment.seeds:
-            config = run_config_for_seed(experiment, seed)
+            launch = per_seed[seed] + 1
+            while run_name(experiment.name, seed, launch) in taken:
+                launch += 1
+            config = run_config_for_seed(experiment, seed, launch)
+            taken.add(config["name"])
+            per_seed[seed] = launch
             runs.append(
                 Run.objects.create(
                     experiment=experiment,

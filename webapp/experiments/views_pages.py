@@ -30,7 +30,9 @@ from webapp.experiments.permissions import can_edit, get_editable, get_viewable
 from webapp.experiments.selectors import (
     experiment_run_summary,
     experiments_for_list,
+    progress_of_run,
     runs_for_list,
+    with_list_columns,
 )
 
 PAGE_SIZE = 25
@@ -116,6 +118,7 @@ def experiment_delete(request: HttpRequest, pk: int) -> HttpResponse:
 def run_list(request: HttpRequest) -> HttpResponse:
     form = run_filter_form(request.GET or None)
     page = _page(request, runs_for_list(request.user, form.filters()))
+    page.object_list = with_list_columns(page.object_list)  # type: ignore[attr-defined]
     context = {"form": form, "page": page, "query": _query_without_page(request)}
     return render(request, "experiments/run_list.html", context)
 
@@ -146,6 +149,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "experiment": run.experiment,
         "config_json": json.dumps(run.config, indent=2),
         "state_changes": run.state_changes.all(),
+        "progress": progress_of_run(run),
         "page_config": page_config,
         "can_edit": can_edit(request.user, run),
         "new_token": request.session.pop(f"run-token-{run.pk}", None),

@@ -1,0 +1,172 @@
+"""How far a run has got: steps done of its total, time elapsed, and an ETA.
+
+One pure function, :func:`run_progress`, serves the run page (through the status API,
+which passes the wall times of the run's last few steps, so the ETA follows the recent
+step rate) and the runs list and sweep page (which pass none: the rate is then the
+average since the run started, so a list needs no query per row).
+
+Steps: the trainer evaluates at step 0, then trains steps 1..``steps`` (the config's
+``steps``); ``last_step`` of ``steps`` is done.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+NO_VALUE = "\u2013"  # an en dash, as the pages show a missing value
+# The run page's ETA follows the rate of this many recent steps.
+RECENT_STEPS = 10
+# Waiting for a job (a pending run that ran before, e.g. requeued, counts as started).
+_WAITING = frozenset({"draft", "queued", "submitted"})
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the progress bar and its text show; times in seconds."""
+
+    state: str
+    step: int | None
+    total_steps: int | None
+    elapsed_s: float | None
+    eta_s: float | None
+    steps_per_s: float | None
+
+    @property
+    def started(self) -> bool:
+        return self.elapsed_s is not None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in _TERMINAL
+
+    @property
+    def fraction(self) -> float:
+        """Steps done of the total, in [0, 1] (0 when either is unknown)."""
+        if not self.total_steps or self.step is None:
+            return 0.0
+        return min(1.0, max(0.0, self.step / self.total_steps))
+
+    @property
+    def percent(self) -> int:
+        return math.floor(100 * self.fraction)
+
+    @property
+    def duration_text(self) -> str:
+        """The run's duration (so far, while it runs); :data:`NO_VALUE` before it starts."""
+        return format_duration(self.elapsed_s)
+
+    @property
+    def text(self) -> str:
+        """e.g. "step 30/60 · 2m10s elapsed · ETA 2m"; "step 60/60 · ran 4m10s"; "queued"."""
+        if not self.started:
+            return self.state
+        total = "?" if self.total_steps is None else str(self.total_steps)
+        parts = [f"step {NO_VALUE if self.step is None else self.step}/{total}"]
+        if self.finished:
+            parts.append(f"ran {format_duration(self.elapsed_s)}")
+            if self.state != "completed":
+                parts.append(self.state)
+        else:
+            parts.append(f"{format_duration(self.elapsed_s)} elapsed")
+            parts.append(f"ETA {NO_VALUE if self.eta_s is None else format_eta(self.eta_s)}")
+        return " · ".join(parts)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "total_steps": self.total_steps,
+            "elapsed_s": _rounded(self.elapsed_s),
+            "eta_s": _rounded(self.eta_s),
+            "steps_per_s": None if self.steps_per_s is None else round(self.steps_per_s, 4),
+            "progress": round(self.fraction, 4),
+            "progress_text": self.text,
+        }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
+def total_steps_of(config: object) -> int | None:
+    """The run config's ``steps`` (None when absent or not a positive integer)."""
+    steps = config.get("steps") if isinstance(config, dict) else None
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+
+
+def step_rate(recent: Sequence[tuple[int, float]]) -> float | None:
+    """Steps per second over ``recent`` (step, wall time) samples; None with fewer than two
+    distinct steps or no time between them."""
+    samples = sorted((step, at) for step, at in recent if math.isfinite(at))
+    if len(samples) < 2:
+        return None
+    (first_step, first_at), (last_step, last_at) = samples[0], samples[-1]
+    if last_step <= first_step or last_at <= first_at:
+        return None
+    return (last_step - first_step) / (last_at - first_at)
+
+
+def run_progress(
+    *,
+    state: str,
+    last_step: int | None,
+    total_steps: int | None,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    now: datetime,
+    recent: Sequence[tuple[int, float]] = (),
+) -> Progress:
+    """The progress of a run in ``state`` at ``now``.
+
+    ``recent``: (step, wall time in epoch seconds) of the run's last steps. Their rate
+    gives the ETA, counted from the newest of them (so it runs down between points); with
+    fewer than two, the rate is the average since ``started_at``. A run not started
+    (draft, queued, submitted, or pending before it ever ran) has no elapsed time; a
+    finished one has its duration as elapsed time and no ETA.
+    """
+    if started_at is None or state in _WAITING:
+        return Progress(state, last_step, total_steps, None, None, None)
+    end = finished_at if state in _TERMINAL and finished_at is not None else now
+    elapsed = max(0.0, (end - started_at).total_seconds())
+    if state in _TERMINAL:
+        return Progress(state, last_step, total_steps, elapsed, None, None)
+    rate = step_rate(recent)
+    since_last = 0.0
+    if rate is not None:
+        newest = max(at for _, at in recent if math.isfinite(at))
+        since_last = min(max(0.0, now.timestamp() - newest), elapsed)
+    elif last_step and elapsed > 0:
+        rate = last_step / elapsed
+    eta = None
+    if rate and total_steps is not None and last_step is not None:
+        eta = max(0.0, (total_steps - last_step) / rate - since_last)
+    return Progress(state, last_step, total_steps, elapsed, eta, rate)
+
+
+def format_duration(seconds: float | None) -> str:
+    """ "45s", "2m10s", "1h05m", "3d4h"; :data:`NO_VALUE` for None."""
+    if seconds is None:
+        return NO_VALUE
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours}h"
+
+
+def format_eta(seconds: float) -> str:
+    """Coarser than a duration: "40s", "2m", "1h05m"."""
+    if math.ceil(seconds) < 60:
+        return f"{math.ceil(seconds)}s"
+    if seconds < 3600:
+        return f"{round(seconds / 60)}m"
+    return format_duration(seconds)
