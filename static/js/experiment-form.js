@@ -2,7 +2,10 @@
  * The experiment form, without page reloads:
  * - the policy pool formset: Add policy (a copy of the formset's empty form), Remove,
  *   Up and Down; TOTAL_FORMS and each kept form's ORDER follow what is on screen;
- * - regime and off-policy sections shown only for the chosen regime / method.
+ * - regime and off-policy sections shown only for the chosen regime / method;
+ * - the error summary: focused when the page comes back with errors, and each of its
+ *   links focuses the field it names (opening a closed "Tokenizer and chat template");
+ * - a preview: scrolled into view, its heading focused (a screen reader reads it).
  *
  * Removing a policy that the server rendered ticks its DELETE box and hides it (Django
  * then skips it); removing one added here drops it and renumbers the added ones so the
@@ -207,7 +210,43 @@
     }
   });
 
+  /* Focus what an error-summary link names; the label stays in view above it. */
+  function focusTarget(id) {
+    var target = document.getElementById(id);
+    if (!target) {
+      return false;
+    }
+    var closed = target.closest("details:not([open])");
+    if (closed) {
+      closed.open = true;
+    }
+    var field = target.closest(".field");
+    (field || target).scrollIntoView({ block: "center" });
+    target.focus({ preventScroll: true });
+    return true;
+  }
+
+  var summary = form.querySelector('[data-testid="error-summary"]');
+  if (summary) {
+    summary.addEventListener("click", function (event) {
+      var link = event.target.closest("a[data-target]");
+      if (link && focusTarget(link.getAttribute("data-target"))) {
+        event.preventDefault();
+        history.replaceState(null, "", "#" + link.getAttribute("data-target"));
+      }
+    });
+  }
+
   sortByOrder();
   renumber();
   toggleSections();
+
+  var previewTitle = document.getElementById("preview-title");
+  if (summary) {
+    summary.scrollIntoView({ block: "start" });
+    summary.focus({ preventScroll: true });
+  } else if (previewTitle) {
+    document.getElementById("preview").scrollIntoView({ block: "start" });
+    previewTitle.focus({ preventScroll: true });
+  }
 })();

@@ -433,7 +433,7 @@ def _errors(composer: ExperimentComposer, where: str) -> str:
         ({"name": SCRIPT}, "name", "is not a valid name"),
         ({"name": "$(rm -rf ~)"}, "name", "is not a valid name"),
         ({"regime": "'; DROP TABLE x; --"}, "regime", "Select a valid choice"),
-        ({"prp": {"k_peer": 0}}, "form", "prp.k_peer: k_peer must be >= 1"),
+        ({"prp": {"k_peer": 0}}, "form", "PRP · Peer rollouts (k): k_peer must be >= 1"),
         ({"grpo": [1, 2]}, "form", "grpo must be a JSON object"),
     ],
 )

@@ -1,8 +1,11 @@
 """Django form fields built from the trainer's config dataclasses, so the form follows them.
 
 Every scalar field of a dataclass in ``trainer.config`` becomes a form field named like
-the dataclass field, labelled with its name (the name a researcher sees in the JSON),
-with the field's ``metadata["help"]`` as help text and its default as the initial value.
+the dataclass field, labelled with a name people read (:func:`field_label`: "Learning
+rate"; the page shows the JSON key ``lr`` beside it), with the field's
+``metadata["help"]`` as help text (:func:`readable_doc`: no Python reprs, no RST markup)
+and its default as the initial value. :func:`path_title` names a config path
+(``pool[1].lr``) as the page does ("Policy 2 · Learning rate") for error messages.
 Sub-dataclasses of :class:`trainer.config.RunConfig` (``grpo``, ``task``, ``prp``...)
 become sections; a section named like a regime (``REGIMES``) or an off-policy method
 (``OFF_POLICY``) is shown only when that regime / method is selected. A new config field
@@ -29,6 +32,9 @@ from django.core.exceptions import ValidationError
 from trainer.config import OFF_POLICY, REGIMES, RunConfig
 
 _ONE_OF = re.compile(r"^One of (\(.*\))$")
+_ONE_OF_ANYWHERE = re.compile(r"One of (\([^()]*\))")
+_RST_LITERAL = re.compile(r"``(.+?)``")
+_POOL_PATH = re.compile(r"\bpool\[(\d+)\]")
 MAX_CONFIG_INT = 2**31 - 1
 """Every integer of the config is a count or a step: bounded like a 32-bit integer, so a
 20-digit number gets a message next to its field instead of reaching the trainer."""
@@ -100,7 +106,7 @@ def config_fields(cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> l
             default = spec.default_factory()
         else:
             default = MISSING
-        help_text = str(spec.metadata.get("help", ""))
+        raw_help = str(spec.metadata.get("help", ""))
         result.append(
             ConfigField(
                 name=spec.name,
@@ -108,8 +114,8 @@ def config_fields(cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> l
                 kind=kind,
                 optional=optional,
                 default=default,
-                help=help_text,
-                choices=_choices(help_text) if kind == "str" else None,
+                help=readable_doc(raw_help),
+                choices=_choices(raw_help) if kind == "str" else None,
             )
         )
     return result
@@ -138,7 +144,7 @@ def build_field(spec: ConfigField, **overrides: Any) -> forms.Field:
     """The Django form field of ``spec`` (its initial value is the dataclass default)."""
     initial = None if spec.default is MISSING else to_display(spec, spec.default)
     common: dict[str, Any] = {
-        "label": spec.name,
+        "label": field_label(spec.name),
         "help_text": spec.help,
         "required": spec.required or not (spec.optional or spec.kind == "bool"),
         "initial": initial,
@@ -149,6 +155,12 @@ def build_field(spec: ConfigField, **overrides: Any) -> forms.Field:
         validators.append(lambda value, bound=bound, name=spec.name: bound.check(name, value))
     common["validators"] = validators
     common.update(overrides)
+    field = _build_field(spec, common)
+    field.config_key = spec.name  # type: ignore[attr-defined]
+    return field
+
+
+def _build_field(spec: ConfigField, common: dict[str, Any]) -> forms.Field:
     if spec.kind == "bool":
         common["required"] = False
         return forms.BooleanField(**common)
@@ -272,22 +284,133 @@ def section_form_class(name: str) -> type[ConfigForm]:
     )
 
 
+SECTION_TITLES = {"remix": "ReMix", "task": "Task"}
+"""Section headings that are not the section's name in capitals (an acronym: PRP, SGT)."""
+
+
+def section_heading(name: str) -> str:
+    """A section's heading: "GRPO", "SGT", "ReMix", "Task"."""
+    return SECTION_TITLES.get(name) or (name.upper() if len(name) <= 5 else name.title())
+
+
 def section_title(name: str) -> tuple[str, str]:
-    """A section's heading and its dataclass docstring's first line."""
+    """A section's heading and its dataclass docstring's first line, as people read it."""
     doc = (section_class(name).__doc__ or "").strip().splitlines()
-    return name.upper() if len(name) <= 5 else name.title(), doc[0] if doc else ""
+    return section_heading(name), readable_doc(doc[0]) if doc else ""
+
+
+LABELS: dict[str, str] = {
+    # the policy
+    "lr": "Learning rate",
+    "group_size": "Group size (G)",
+    "dtype": "Data type",
+    "micro_batch_size": "Micro-batch size",
+    # GRPO
+    "adv_eps": "Advantage epsilon",
+    "clip_eps": "Clip epsilon",
+    "kl_coef": "KL coefficient (beta)",
+    "kl_estimator": "KL estimator",
+    "kl_clamp": "KL clamp",
+    "loss_agg": "Loss aggregation",
+    "max_grad_norm": "Max gradient norm",
+    "mini_batches": "Mini-batches",
+    # task, regimes, ReMix
+    "kind": "Task kind",
+    "val_size": "Validation prompts",
+    "train_path": "Train file",
+    "val_path": "Validation file",
+    "k_peer": "Peer rollouts (k)",
+    "is_correction": "Importance-weight correction",
+    "c_bar": "Truncation (c_bar)",
+    "lambda_sgt": "NLL weight (lambda)",
+    "k_sgt": "Peer successes (k)",
+    "replay_versions": "Replay versions (N)",
+    "replay_fraction": "Replay fraction (p)",
+    "updates_per_batch": "Updates per batch (m)",
+    "kl_lambda_start": "KL lambda start",
+    "kl_lambda_decay": "KL lambda decay",
+    "kl_lambda_every": "KL lambda every",
+    "kl_lambda_floor": "KL lambda floor",
+    "reincarnation_step": "Reincarnation step (T)",
+    # the run and its schedule
+    "off_policy": "Off-policy",
+    "val_every": "Validate every",
+    "seed": "Seeds",
+    # resources
+    "gpus": "GPUs",
+    "cpus_per_gpu": "CPUs per GPU",
+    "cpus": "CPUs",
+    "mem_gb": "Memory (GB)",
+    "qos": "QOS",
+}
+"""Labels a name's plain spelling would get wrong ("Lr", "Kl coef"); the rest are
+``"group_size"`` -> ``"Group size"``."""
+
+
+def field_label(name: str) -> str:
+    """The label people read for config / form field ``name``: "Learning rate"."""
+    return LABELS.get(name) or name.replace("_", " ").strip().capitalize()
+
+
+def path_title(path: str) -> str:
+    """A config path as the page names it: ``pool[1].lr`` -> "Policy 2 · Learning rate",
+    ``remix.replay_fraction`` -> "ReMix · Replay fraction (p)", ``steps`` -> "Steps"."""
+    match = re.match(r"^pool\[(\d+)\](?:\.(\w+))?", path)
+    if match:
+        policy = f"Policy {int(match[1]) + 1}"
+        return f"{policy} · {field_label(match[2])}" if match[2] else policy
+    if path == "pool":
+        return "Policy pool"
+    head, _, rest = path.partition(".")
+    if rest and head in section_names():
+        name = re.sub(r"\[\d+\]$", "", rest)  # task.levels[2] -> levels
+        return f"{section_heading(head)} · {field_label(name)}"
+    return field_label(path) if path else ""
+
+
+def readable_message(message: str) -> str:
+    """A validation message with config paths as the page names them: "(also pool[0])"
+    -> "(also Policy 1)"."""
+    return _POOL_PATH.sub(lambda match: f"Policy {int(match[1]) + 1}", message)
+
+
+def readable_doc(text: str) -> str:
+    """A field doc or docstring line as people read it.
+
+    The config's habits become plain text: a tuple repr ``One of ('a', 'b')`` reads
+    "One of: a, b", and RST literals lose their double backticks (the docstring's
+    ``off_policy`` is ``"remix"`` reads: off_policy is "remix").
+    """
+
+    def options(match: re.Match[str]) -> str:
+        try:
+            values = ast.literal_eval(match[1])
+        except (ValueError, SyntaxError):
+            return match[0]
+        if not isinstance(values, tuple):
+            return match[0]
+        return "One of: " + ", ".join(str(value) for value in values)
+
+    return _RST_LITERAL.sub(r"\1", _ONE_OF_ANYWHERE.sub(options, text))
+
+
+def config_key(field: forms.Field) -> str:
+    """The JSON key a form field writes ("" for the page's own fields: tags, notes)."""
+    return str(getattr(field, "config_key", ""))
 
 
 def tag_fields(form: forms.BaseForm, *, raw_labels: bool = True) -> None:
     """Give every widget a ``data-testid`` equal to its HTML name (stable for browser tests).
 
-    With ``raw_labels``, fields without an explicit label are labelled with their name,
-    like the generated ones: the names researchers see in the stored JSON.
+    With ``raw_labels``, fields without an explicit label are labelled like the generated
+    ones (:func:`field_label`), and the page shows their name (the key in the stored JSON)
+    beside the label.
     """
     for name, field in form.fields.items():
         field.widget.attrs.setdefault("data-testid", form.add_prefix(name))
         if raw_labels and field.label is None:
-            field.label = name
+            field.label = field_label(name)
+            field.config_key = name  # type: ignore[attr-defined]
 
 
 def _unwrap_optional(hint: Any) -> tuple[Any, bool]:

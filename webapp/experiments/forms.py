@@ -50,6 +50,8 @@ from webapp.experiments.compose_sources import (
 from webapp.experiments.configform import (
     MAX_CONFIG_INT,
     ConfigForm,
+    path_title,
+    readable_message,
     section_form_class,
     section_names,
     section_switch,
@@ -393,6 +395,7 @@ class PolicyForm(ConfigForm):
         super().__init__(*args, **kwargs)
         self.resolver = resolver or ModelResolver(None)
         self.resolved: ResolvedModel | None = None
+        self.number: int | None = None  # its position on screen, "Policy 2" (None: removed)
         # The trainer's divisibility hint for micro_batch_size counts up to it: keep it sane.
         self.fields["micro_batch_size"].validators.append(MaxValueValidator(MAX_MICRO_BATCH))
         self.fields["model"].widget.attrs["list"] = "model-suggestions"
@@ -507,6 +510,15 @@ class Section:
 
 
 # --- the whole page -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ErrorLink:
+    """One line of the error summary: a message and the id of what it is about."""
+
+    target: str  # an element id: a field's (``id_pool-1-lr``), a section's, ``pool``
+    title: str  # the field as the page names it, "Policy 2 · Learning rate"; or ""
+    message: str
+
+
 @dataclass
 class PlanRow:
     name: str
@@ -548,6 +560,8 @@ class ExperimentComposer:
         self.pool = PolicyFormSet(
             data, initial=initial["pool"], prefix="pool", form_kwargs={"resolver": self.resolver}
         )
+        for number, form in enumerate(self._kept_policies(), start=1):
+            form.number = number
         choice = {
             "regime": self._choice(data, "regime", initial["main"]),
             "off_policy": self._choice(data, "off_policy", initial["main"]),
@@ -625,12 +639,12 @@ class ExperimentComposer:
         self.visible = self.visible or list(self.pool.forms)
         relevant = {section.name for section in self.sections if section.relevant}
         for path, message in errors.items():
-            if message in shown:
+            if message in shown or readable_message(message) in shown:
                 continue
             head = re.split(r"[.\[]", path, maxsplit=1)[0]
             if head in {section.name for section in self.sections} - relevant:
                 # A hidden section has no bound form to hold the message.
-                self.form.add_error(None, f"{path}: {message}")
+                self.form.add_error(None, f"{path_title(path)}: {readable_message(message)}")
             else:
                 self._attach(path, message)
 
@@ -707,16 +721,26 @@ class ExperimentComposer:
         )
 
     def _attach(self, path: str, message: str) -> None:
-        """Put a ConfigError / PlacementError message next to the field ``path`` names."""
+        """Put a ConfigError / PlacementError message next to the field ``path`` names;
+        a message with no field of its own starts with the path as the page names it
+        ("Policy 2 · Learning rate: ...", never ``pool[1].lr``)."""
+        message = readable_message(message)
+        titled = f"{path_title(path)}: {message}" if path else message
         match = re.match(r"^pool\[(\d+)\]\.(\w+)", path)
         if match:
             index, name = int(match[1]), match[2]
             if index < len(self.visible):
                 form = self.visible[index]
-                form.add_error(name if name in form.fields else None, message)
+                if name in form.fields:
+                    form.add_error(name, message)
+                else:
+                    form.add_error(None, titled)
                 return
-        if path == "pool" or path.startswith("pool"):
+        if path == "pool":
             self.pool._non_form_errors.append(message)  # type: ignore[union-attr]
+            return
+        if path.startswith("pool"):
+            self.pool._non_form_errors.append(titled)  # type: ignore[union-attr]
             return
         if path in {"gpus", "gpus_per_node", "nodes"}:
             self.resources.add_error("gpus", message)
@@ -725,14 +749,17 @@ class ExperimentComposer:
         field = re.sub(r"\[\d+\]$", "", rest)
         for section in self.sections:
             if section.name == head and rest:
-                section.form.add_error(field if field in section.form.fields else None, message)
+                if field in section.form.fields:
+                    section.form.add_error(field, message)
+                else:
+                    section.form.add_error(None, titled)
                 return
         if path == "seed":
             self.form.add_error("seeds", message)
         elif path in self.form.fields:
             self.form.add_error(path, message)
         else:
-            self.form.add_error(None, f"{path}: {message}" if path else message)
+            self.form.add_error(None, titled)
 
     # --- results -------------------------------------------------------------------------
     def save_kwargs(self) -> dict[str, Any]:
@@ -769,6 +796,42 @@ class ExperimentComposer:
             )
             for placement, count in zip(self.plan.policies, self.parameters, strict=True)
         ]
+
+    def _kept_policies(self) -> list[PolicyForm]:
+        """The policies not removed, in their order on screen (their ORDER, then index),
+        as experiment-form.js numbers them: "Policy 2" is the second of these."""
+        kept = []
+        for index, form in enumerate(self.pool.forms):
+            if self.is_bound and form["DELETE"].value():
+                continue
+            order = str(form["ORDER"].value() or "").strip()
+            sane = order.isascii() and order.isdigit() and len(order) <= 9
+            key = int(order) if sane else math.inf  # ORDER "x" or 10,000 digits: last
+            kept.append((key, index, form))
+        return [form for _, _, form in sorted(kept, key=lambda item: item[:2])]
+
+    def error_summary(self) -> list[ErrorLink]:
+        """Every message on the page, in page order, each naming its field as the page does
+        and linking to it (the summary at the top of the form)."""
+        if not self.is_bound:
+            return []
+        main, switched = self.form, [s for s in self.sections if s.relevant and s.switch]
+        links = [ErrorLink("form-errors", "", str(e)) for e in main.non_field_errors()]
+        links += _field_links(main, "", [*main.GENERAL, *main.CHOICE])
+        for section in switched:
+            links += _section_links(section)
+        links += [ErrorLink("pool", "Policy pool", str(e)) for e in self.pool.non_form_errors()]
+        for form in self._kept_policies():
+            title = f"Policy {form.number}"
+            links += [ErrorLink(f"policy-{form.index}", title, e) for e in form.non_field_errors()]
+            links += _field_links(form, title, list(form.fields))
+        for section in self.sections:
+            if section.relevant and not section.switch:
+                links += _section_links(section)
+        schedule = [name for name in main.fields if name not in {*main.GENERAL, *main.CHOICE}]
+        links += _field_links(main, "", schedule)
+        links += _field_links(self.resources, "Resources", list(self.resources.fields))
+        return links
 
     def has_errors(self) -> bool:
         if not self.is_bound:
@@ -842,6 +905,24 @@ def _initial_from_config(config: dict[str, Any], resolver: ModelResolver) -> dic
         "pool": pool,
         "sections": sections,
     }
+
+
+def _field_links(form: forms.BaseForm, title: str, names: list[str]) -> list[ErrorLink]:
+    """Error-summary lines of the fields ``names`` of ``form`` (``title``: "Policy 2")."""
+    links = []
+    for name in names:
+        if name not in form.errors or name not in form.fields:
+            continue
+        field = form[name]
+        label = f"{title} · {field.label}" if title else str(field.label)
+        links += [ErrorLink(field.id_for_label, label, str(e)) for e in field.errors]
+    return links
+
+
+def _section_links(section: Section) -> list[ErrorLink]:
+    target = f"section-{section.name}"
+    links = [ErrorLink(target, section.title, str(e)) for e in section.form.non_field_errors()]
+    return links + _field_links(section.form, section.title, list(section.form.fields))
 
 
 def _messages(form: forms.BaseForm) -> list[str]:

@@ -1,0 +1,90 @@
+"""The compose form's feedback in the browser: the error summary links to each field,
+and Preview scrolls to its result and announces it."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import Page, expect
+
+from tests.conftest import log_in
+
+pytestmark = pytest.mark.browser
+
+
+def open_compose_form(page: Page, base: str, user: User) -> None:
+    log_in(page, base, user, "alice-password")
+    page.goto(f"{base}/experiments/new/")
+    page.fill("[name=name]", "feedback")
+
+
+def test_the_error_summary_links_to_and_focuses_each_field(
+    page: Page, live_server: object, alice: User
+) -> None:
+    base = live_server.url  # type: ignore[attr-defined]
+    open_compose_form(page, base, alice)
+    page.fill("[name=pool-1-group_size]", "1")  # the trainer's check: G >= 2
+    page.fill("[name=steps]", "0")  # steps >= 1, far down the page
+    page.get_by_test_id("preview").click()
+
+    summary = page.get_by_test_id("error-summary")
+    expect(summary).to_be_focused()
+    expect(summary).to_be_in_viewport()
+    links = summary.get_by_test_id("error-link")
+    expect(links).to_have_count(2)
+    expect(links.nth(0)).to_have_text(
+        "Policy 2 · Group size (G): G must be at least 2 for a group baseline; got 1"
+    )
+    expect(links.nth(1)).to_contain_text("Steps: steps must be >= 1")
+
+    links.nth(1).click()
+    steps = page.locator("[name=steps]")
+    expect(steps).to_be_focused()
+    expect(steps).to_be_in_viewport()
+    expect(page.get_by_test_id("error-summary")).not_to_be_in_viewport()
+
+    page.evaluate("window.scrollTo(0, 0)")
+    links.nth(0).click()
+    group_size = page.locator("[name=pool-1-group_size]")
+    expect(group_size).to_be_focused()
+    expect(group_size).to_be_in_viewport()
+    assert page.evaluate("location.hash") == "#id_pool-1-group_size"
+
+
+def test_a_link_to_a_field_in_closed_details_opens_them(
+    page: Page, live_server: object, alice: User
+) -> None:
+    base = live_server.url  # type: ignore[attr-defined]
+    open_compose_form(page, base, alice)
+    page.get_by_test_id("policy-form").nth(0).locator("details.advanced summary").click()
+    page.fill("[name=pool-0-tokenizer]", "/no/such/tokenizer")
+    page.get_by_test_id("preview").click()
+
+    # The server opens the details of a field with an error; closed again by hand, the
+    # summary's link still reaches the field.
+    details = page.get_by_test_id("policy-form").nth(0).locator("details.advanced")
+    details.locator("summary").click()
+    expect(page.locator("[name=pool-0-tokenizer]")).to_be_hidden()
+    page.get_by_test_id("error-link").filter(has_text="Policy 1 · Tokenizer").click()
+    expect(page.locator("[name=pool-0-tokenizer]")).to_be_focused()
+    expect(page.locator("[name=pool-0-tokenizer]")).to_be_in_viewport()
+
+
+def test_preview_scrolls_to_its_result_and_announces_it(
+    page: Page, live_server: object, alice: User
+) -> None:
+    base = live_server.url  # type: ignore[attr-defined]
+    open_compose_form(page, base, alice)
+    page.get_by_test_id("preview").click()
+
+    panel = page.get_by_test_id("preview-panel")
+    expect(panel).to_be_visible()
+    expect(page.get_by_test_id("preview-title")).to_be_focused()
+    expect(page.get_by_test_id("preview-title")).to_be_in_viewport()
+    # Scrolled down to it: the panel's heading sits at the top of the window.
+    assert abs(page.evaluate("document.getElementById('preview').getBoundingClientRect().top")) < 40
+    assert page.evaluate("window.scrollY") > 1000
+    status = page.get_by_role("status")
+    expect(status).to_contain_text("The config is valid: 2 policies")
+    expect(status).to_contain_text("Nothing is saved until you press Save")
+    expect(page.get_by_role("region", name="Preview")).to_be_visible()
