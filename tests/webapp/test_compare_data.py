@@ -135,8 +135,13 @@ def test_pool_or_a_missing_counter_falls_back_to_step(alice: User) -> None:
     assert panel(comparison, "_pool", VAL).x_label == "step"
     assert panel(comparison, "llama", VAL).x_label == "step"
     assert trace(comparison, "_pool", VAL, "sgt").x.tolist() == [0.0, 10.0]
-    assert any(note.startswith(f"_pool: no {ROLLOUTS}") for note in comparison.notes)
-    assert any(f"llama: no {ROLLOUTS} in run(s) {runs[1].pk}" in n for n in comparison.notes)
+    assert any(
+        note.startswith(f"pool mean: no rollout count ({ROLLOUTS})") for note in comparison.notes
+    )
+    assert any(
+        f"llama: no rollout count ({ROLLOUTS}) in run(s) {runs[1].pk}" in n
+        for n in comparison.notes
+    )
 
 
 def test_wall_time_is_relative_to_each_runs_first_point(alice: User) -> None:
@@ -166,7 +171,7 @@ def test_grouping_by_a_config_key_or_the_experiment(alice: User) -> None:
 def test_default_policies_follow_the_first_runs_pool(four_runs: list[Run]) -> None:
     comparison = build(four_runs, metric=TRAIN)
     assert [p.policy for p in comparison.panels] == ["llama", "qwen", "gpt2"]
-    assert "qwen / train/reward_mean: no data in any run" in comparison.notes
+    assert "qwen / Training reward (mean): no data in any run" in comparison.notes
 
 
 def test_no_points_at_all_gives_empty_panels_and_a_note(alice: User) -> None:

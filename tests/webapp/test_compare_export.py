@@ -196,7 +196,7 @@ def test_latex_table_is_booktabs_with_the_best_in_bold(logged_in: Client, runs: 
         ["", "sgt"],
         ["qwen", "prp"],
         ["", "sgt"],
-        [r"\_pool", "prp"],
+        ["pool mean", "prp"],
         ["", "sgt"],
     ]
     # sgt runs (i = 2, 3) are better everywhere; final = 0.59 + i / 50

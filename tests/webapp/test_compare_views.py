@@ -220,7 +220,7 @@ def test_data_reply_shape(client: Client, alice: User, runs: list[Run]) -> None:
     assert trace["x"] == [0.0, 5.0, 10.0, 15.0, 20.0]
     assert trace["n"] == [2, 1, 2, 2, 2]  # run 0's NaN at step 5
     assert trace["mean"][1] == pytest.approx(5 / 40 + 1 / 20)
-    assert "gpt2 / val/reward@1: no data in any run" in reply["notes"]
+    assert "gpt2 / Validation reward@1: no data in any run" in reply["notes"]
     assert reply["x_label"] == "step" and reply["grid"] == 21
 
 

@@ -25,7 +25,8 @@ Then, per panel (policy, metric) and group:
   ``perf/rollouts_total`` / ``perf/response_tokens_total`` of the same policy, linearly
   interpolated at that mean step from the counter's own bucket means (a metric logged
   every step gets the counter's bucket mean; one logged every 10 steps gets the counter
-  at its own steps; see :func:`_counter_x` for the ends); ``wall_time`` is the bucket's
+  at its own steps; the counters are 0 at step 0, before any rollout, so the step-0
+  evaluation sits at x = 0; see :func:`_counter_x` for the ends); ``wall_time`` is the bucket's
   mean wall time minus the run's first wall time (the earliest of its loaded points), in
   seconds. A policy where a run lacks the counter (``_pool`` has none) or every wall
   time is missing is plotted against step instead, with a note;
@@ -36,6 +37,11 @@ Then, per panel (policy, metric) and group:
 - a group's x at a bucket is the mean x of its runs that have a point there; buckets
   where none has one are left out (a bucket whose values are all NaN stays, with mean
   NaN, so that a diverging run shows).
+
+Names people read (panel titles, axis labels, notes) come from the trainer's metric
+catalogue (:func:`trainer.metrics.describe`; ``_pool`` reads "pool mean"); the JSON and
+the CSV keep the keys. A 95% CI band resting on fewer than :data:`CI_MIN_RUNS` runs
+somewhere gets a note (:func:`small_n_note`).
 """
 
 from __future__ import annotations
@@ -75,6 +81,10 @@ X_LABELS = {
     "wall_time": "wall time (s)",
 }
 STATISTICS = ("final", "best", "mean")
+COUNTER_NAMES = {"rollouts": "rollout count", "tokens": "response-token count"}
+CI_MIN_RUNS = 3
+"""A 95% CI over fewer runs than this is noted: with n = 2 it spans +-12.7 standard
+errors (Student's t with one degree of freedom), with n = 1 there is none."""
 
 
 # --------------------------------------------------------------------------- results
@@ -110,6 +120,30 @@ class Panel:
     x_label: str
     traces: list[Trace] = field(default_factory=list)
 
+    @property
+    def policy_label(self) -> str:
+        """The policy as people read it ("pool mean" for ``_pool``)."""
+        return m.policy_label(self.policy, self.metric)
+
+    @property
+    def metric_label(self) -> str:
+        """The metric's display name: "Validation reward@1"."""
+        return m.label(self.metric)
+
+    @property
+    def y_label(self) -> str:
+        """The metric's display name with its unit, for the y-axis: "Step time (s)"."""
+        return m.axis_label(self.metric)
+
+    @property
+    def title(self) -> str:
+        return f"{self.policy_label} · {self.metric_label}"
+
+    @property
+    def name(self) -> str:
+        """The panel in a note: "pool mean / Validation reward@1"."""
+        return f"{self.policy_label} / {self.metric_label}"
+
 
 @dataclass
 class Comparison:
@@ -120,6 +154,7 @@ class Comparison:
     x_label: str
     runs: list[Run]
     grid: int = 0  # number of buckets of the common grid (0: no points at all)
+    ci_note: str | None = None  # the 95% CI rests on n < 3 runs somewhere (also a note)
 
 
 # --------------------------------------------------------------------------- selection
@@ -370,9 +405,11 @@ def _run_wall_first(
 
 def _counter_x(curve: Buckets, counter: Buckets) -> np.ndarray:
     """The counter at the curve's mean steps, linearly interpolated between the counter's
-    own bucket means (step, value). Before its first or after its last bucket mean the
-    line through the two nearest is extended, but only within a bucket where the counter
-    has points; further out the x is unknown (NaN)."""
+    own bucket means (step, value). A consumption counter is 0 at step 0 (the trainer
+    logs it from step 1, after the first rollouts), so (0, 0) is one of its known points
+    when it has none at step 0: the step-0 evaluation is at x = 0. After its last bucket
+    mean the line through the two nearest is extended, but only within a bucket where
+    the counter has points; further out the x is unknown (NaN)."""
     usable = counter.present & np.isfinite(counter.value) & np.isfinite(counter.step)
     x = np.full(curve.step.shape, np.nan)
     if not usable.any():
@@ -380,6 +417,8 @@ def _counter_x(curve: Buckets, counter: Buckets) -> np.ndarray:
     positions = np.flatnonzero(curve.present)
     steps = curve.step[positions]
     known_steps, known = counter.step[usable], counter.value[usable]
+    if known_steps[0] > 0:
+        known_steps, known = np.r_[0.0, known_steps], np.r_[0.0, known]
     values = np.interp(steps, known_steps, known)
     if known.size >= 2:
         for outside, (a, b) in (
@@ -459,9 +498,9 @@ def comparison_build(*, spec: ComparisonSpec, runs: Sequence[Run]) -> Comparison
                     slots.append((len(panels), g))
             if lacking:
                 notes.append(
-                    f"{policy} / {metric}: no data in run(s) {_ids(lacking)}"
+                    f"{panel.name}: no data in run(s) {_ids(lacking)}"
                     if len(lacking) < len(run_ids)
-                    else f"{policy} / {metric}: no data in any run"
+                    else f"{panel.name}: no data in any run"
                 )
             panels.append(panel)
     raw = np.array(ys) if ys else np.zeros((0, size))
@@ -498,11 +537,48 @@ def comparison_build(*, spec: ComparisonSpec, runs: Sequence[Run]) -> Comparison
     if spec.log_y:
         for panel in panels:
             if any(np.any(trace.lower <= 0) or np.any(trace.mean <= 0) for trace in panel.traces):
-                notes.append(
-                    f"{panel.policy} / {panel.metric}: values <= 0 are not shown on a log scale"
-                )
+                notes.append(f"{panel.name}: values <= 0 are not shown on a log scale")
     comparison.panels = panels
+    if spec.band == "ci95":
+        comparison.ci_note = small_n_note(panels)
+        if comparison.ci_note:
+            notes.append(comparison.ci_note)
     return comparison
+
+
+def small_n_runs(panels: Sequence[Panel]) -> dict[str, int | None]:
+    """Per group whose 95% CI rests somewhere on fewer than :data:`CI_MIN_RUNS` runs: its
+    largest ``n`` when that is below the minimum everywhere, else None (only in places),
+    in the order the groups first appear."""
+    found: dict[str, int | None] = {}
+    for panel in panels:
+        for trace in panel.traces:
+            n = np.asarray(trace.n)
+            shown = n[n > 0]
+            if shown.size == 0 or shown.min() >= CI_MIN_RUNS:
+                continue
+            largest = int(shown.max())
+            previous = found.get(trace.group, 0)
+            if largest >= CI_MIN_RUNS or previous is None:
+                found[trace.group] = None
+            else:
+                found[trace.group] = max(previous, largest)
+    return found
+
+
+def small_n_note(panels: Sequence[Panel]) -> str | None:
+    """The note that a 95% CI rests on n < 3 runs, naming the groups; None if none."""
+    found = small_n_runs(panels)
+    if not found:
+        return None
+    groups = ", ".join(
+        f"{group} (n = {n})" if n is not None else f"{group} (n < {CI_MIN_RUNS} in places)"
+        for group, n in found.items()
+    )
+    return (
+        f"The 95% CI rests on fewer than {CI_MIN_RUNS} runs for {groups}: "
+        "with n = 2 it spans ±12.7 standard errors, with n = 1 there is no band."
+    )
 
 
 def _ids(ids: Iterable[int]) -> str:
@@ -525,15 +601,15 @@ def _x_mode(
         lacking = [r for r in sorted(with_data) if (r, policy, counter_key) not in index]
         if lacking:
             notes.append(
-                f"{policy}: no {counter_key} in run(s) {_ids(lacking)}; "
-                f"its panels are plotted against step"
+                f"{m.policy_label(policy)}: no {COUNTER_NAMES[spec.x]} ({counter_key}) "
+                f"in run(s) {_ids(lacking)}; its panels are plotted against step"
             )
             return "step"
     elif spec.x == "wall_time":
         lacking = [r for r in sorted(with_data) if r not in wall_first]
         if lacking:
             notes.append(
-                f"{policy}: no wall times in run(s) {_ids(lacking)}; "
+                f"{m.policy_label(policy)}: no wall times in run(s) {_ids(lacking)}; "
                 f"its panels are plotted against step"
             )
             return "step"
@@ -677,7 +753,7 @@ def summary_build(
             best[name][policy] = _best_group(cells, name, lower_is_better)
         rows.append(SummaryRow(policy, cells))
     if not index:
-        notes.append(f"no run has {metric} for these policies")
+        notes.append(f"no run has {m.label(metric)} for these policies")
     return Summary(metric, groups, policies, rows, best, lower_is_better, notes)
 
 

@@ -12,6 +12,12 @@ to view it); one column = 3.5 in wide, two columns = 7.0 in; PNG at 300 dpi. Out
 deterministic: no creation date in PDF/SVG, a fixed SVG id salt, a fixed zip timestamp,
 so the same comparison gives the same bytes.
 
+Panels are titled "policy" ("pool mean" for ``_pool``) and their y-axes carry the
+metric's display name and unit from the metric catalogue (:mod:`trainer.metrics`); the
+data CSV and table CSV keep the keys. Rows are balanced and a shorter last row is
+centred, so no grid slot stays empty (:func:`layout`, :func:`panel_slots`). A figure
+with 95% CI bands that rest on fewer than 3 runs says so under its panels.
+
 rcParams are process-global in matplotlib, so rendering holds a lock while it applies
 them (safe under a threaded server).
 """
@@ -23,6 +29,7 @@ import io
 import json
 import logging
 import math
+import textwrap
 import threading
 import zipfile
 from collections.abc import Sequence
@@ -35,7 +42,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
-from webapp.compare.data import STATISTICS, Comparison, Summary
+from trainer import metrics as m
+from webapp.compare.data import CI_MIN_RUNS, STATISTICS, Comparison, Panel, Summary, small_n_runs
 from webapp.compare.palette import MATPLOTLIB_DASHES
 from webapp.compare.serialize import number_text
 
@@ -105,9 +113,17 @@ def _rc(columns: int) -> dict[str, Any]:
 def layout(n_panels: int, n_metrics: int, columns: int) -> tuple[int, int, float, float]:
     """(rows, panel columns, width, height in inches). Panels go policy by policy, each
     policy's metrics side by side; as many policies share a row as fit whole in the
-    width (one column: 2 panels, two columns: 4), more metrics than that wrap."""
+    width (one column: 2 panels, two columns: 4), more metrics than that wrap. Rows are
+    then balanced: as few rows as that needs, with the fewest columns that fill them
+    (5 policies of one metric in two columns: 3 + 2, not 4 + 1)."""
     widest = MAX_PANEL_COLUMNS[columns]
-    ncols = (widest // n_metrics) * n_metrics if 0 < n_metrics <= widest else widest
+    if 0 < n_metrics <= widest:
+        policies = math.ceil(n_panels / n_metrics)
+        nrows = math.ceil(policies / (widest // n_metrics))
+        ncols = math.ceil(policies / max(nrows, 1)) * n_metrics
+    else:
+        nrows = math.ceil(n_panels / widest)
+        ncols = math.ceil(n_panels / max(nrows, 1))
     ncols = max(1, min(ncols, n_panels))
     nrows = max(1, math.ceil(n_panels / ncols))
     width = COLUMN_WIDTHS[columns]
@@ -115,23 +131,42 @@ def layout(n_panels: int, n_metrics: int, columns: int) -> tuple[int, int, float
     return nrows, ncols, width, nrows * panel_height + 0.45
 
 
+def panel_slots(n_panels: int, ncols: int) -> list[tuple[int, int]]:
+    """Each panel's (row, first half-column) on a grid of ``2 * ncols`` half-columns, a
+    panel two wide: full rows, then a shorter last row centred (no empty slot)."""
+    slots = []
+    for index in range(n_panels):
+        row, col = divmod(index, ncols)
+        in_row = min(ncols, n_panels - row * ncols)
+        slots.append((row, (ncols - in_row) + 2 * col))
+    return slots
+
+
+def _has_panel_below(slots: Sequence[tuple[int, int]], row: int, start: int) -> bool:
+    """Whether a panel of the next row overlaps half-columns [start, start + 2)."""
+    return any(r == row + 1 and abs(s - start) < 2 for r, s in slots)
+
+
 def build_figure(comparison: Comparison, columns: int = 1) -> Figure:
     """The comparison as a matplotlib figure (call within :func:`rc_context`)."""
     panels = comparison.panels
     nrows, ncols, width, height = layout(len(panels), len(comparison.spec.metrics), columns)
+    note = ci_note(comparison, columns)
+    if note:
+        height += 0.15 * (note.count("\n") + 1)
     figure = Figure(figsize=(width, height), layout="constrained")
-    axes = figure.subplots(nrows, ncols, squeeze=False)
+    grid = figure.add_gridspec(nrows, 2 * ncols)
+    slots = panel_slots(len(panels), ncols)
     shown: dict[str, tuple[str, str]] = {}
-    for index, ax in enumerate(axes.flat):
-        if index >= len(panels):
-            ax.set_visible(False)
-            continue
-        panel = panels[index]
+    for panel, (row, start) in zip(panels, slots, strict=True):
+        ax = figure.add_subplot(grid[row, start : start + 2])
         _draw_panel(ax, panel, comparison)
         for trace in panel.traces:
             shown.setdefault(trace.group, (trace.colour, trace.dash))
-        if index // ncols == nrows - 1 or index + ncols >= len(panels):
+        if not _has_panel_below(slots, row, start):
             ax.set_xlabel(panel.x_label)
+    if note:
+        figure.supxlabel(note, fontsize=FONT_SIZES[columns] - 1.5, color="0.3")
     handles = [
         Line2D(
             [], [], color=group.colour, linestyle=MATPLOTLIB_DASHES[group.dash], label=group.label
@@ -156,10 +191,26 @@ def build_figure(comparison: Comparison, columns: int = 1) -> Figure:
     return figure
 
 
-def _draw_panel(ax: Any, panel: Any, comparison: Comparison) -> None:
+def ci_note(comparison: Comparison, columns: int = 1) -> str | None:
+    """The figure's note, wrapped to its width, when its 95% CI bands rest on fewer than
+    3 runs somewhere; None otherwise."""
+    if comparison.spec.band != "ci95":
+        return None
+    found = small_n_runs(comparison.panels)
+    if not found:
+        return None
+    groups = ", ".join(
+        f"{group} (n = {n})" if n is not None else f"{group} (in places)"
+        for group, n in found.items()
+    )
+    text = f"95% CI from fewer than {CI_MIN_RUNS} runs: {groups}"
+    return textwrap.fill(text, width=int(COLUMN_WIDTHS[columns] * 14))
+
+
+def _draw_panel(ax: Any, panel: Panel, comparison: Comparison) -> None:
     spec = comparison.spec
-    ax.set_title(panel.policy)
-    ax.set_ylabel(panel.metric)
+    ax.set_title(panel.policy_label)
+    ax.set_ylabel(panel.y_label)
     if spec.log_y:
         ax.set_yscale("log", nonpositive="mask")
     if panel.x_label in ("rollouts", "response tokens"):
@@ -314,7 +365,8 @@ def _one_table_latex(summary: Summary) -> str:
     decimals = decimals_for(values)
     direction = "lower" if summary.lower_is_better else "higher"
     lines = [
-        f"% {summary.metric}: final, best and mean value per run; mean $\\pm$ std "
+        f"% {m.label(summary.metric)} ({summary.metric}): final, best and mean value per "
+        "run; mean $\\pm$ std "
         f"(ddof=1) over the runs of each group, n runs.",
         f"% Bold: the best group per policy and column ({direction} is better). "
         "Needs \\usepackage{booktabs}.",
@@ -325,7 +377,8 @@ def _one_table_latex(summary: Summary) -> str:
     for row in summary.rows:
         lines.append(r"\midrule")
         for position, cell in enumerate(row.cells):
-            entries = [latex_escape(row.policy) if position == 0 else "", latex_escape(cell.group)]
+            policy = m.policy_label(row.policy, summary.metric)
+            entries = [latex_escape(policy) if position == 0 else "", latex_escape(cell.group)]
             for name in STATISTICS:
                 text = _mean_std_latex(cell.stat(name).mean, cell.stat(name).std, decimals)
                 if summary.best[name].get(row.policy) == cell.group:
@@ -368,7 +421,8 @@ spec.txt       the comparison's query string: open /compare/?<spec> to see it ag
 
 Grouping: {group_by}. Band: {band}. Smoothing: debiased EMA, weight {smooth}, per run on
 a grid of {grid} step buckets, before averaging over runs. x-axis: {x}.
-"""
+Policy "_pool" in the CSV files is the pool mean (pool-wide aggregates of rank 0).
+{notes}"""
 
 
 def _zip_entry(archive: zipfile.ZipFile, name: str, data: bytes | str) -> None:
@@ -393,14 +447,21 @@ def bundle(comparison: Comparison, summaries: Sequence[Summary], columns: int = 
             config = json.dumps(run.config, indent=2, sort_keys=True, ensure_ascii=False)
             _zip_entry(archive, f"configs/run-{run.pk}.json", config + "\n")
         _zip_entry(archive, "spec.txt", spec.to_query() + "\n")
-        readme = README.format(
-            width=COLUMN_WIDTHS[columns],
-            dpi=PNG_DPI,
-            group_by=spec.group_by,
-            band=spec.band,
-            smooth=spec.smooth,
-            grid=comparison.grid,
-            x=spec.x,
-        )
-        _zip_entry(archive, "README.txt", readme)
+        _zip_entry(archive, "README.txt", readme_text(comparison, columns))
     return buffer.getvalue()
+
+
+def readme_text(comparison: Comparison, columns: int = 1) -> str:
+    """The bundle's README: its files, the comparison's settings, and the note on a 95%
+    CI over fewer than 3 runs when there is one."""
+    spec = comparison.spec
+    return README.format(
+        width=COLUMN_WIDTHS[columns],
+        dpi=PNG_DPI,
+        group_by=spec.group_by,
+        band=spec.band,
+        smooth=spec.smooth,
+        grid=comparison.grid,
+        x=spec.x,
+        notes=f"\nNote: {comparison.ci_note}\n" if comparison.ci_note else "",
+    )

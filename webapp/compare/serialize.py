@@ -3,6 +3,10 @@
 Numbers are floats; non-finite ones are the strings "NaN", "Infinity", "-Infinity", as
 everywhere in the API (:func:`webapp.api.http.encode_value`). The CSV exports write the
 same values with the same spelling (:func:`number_text`), so the two always agree.
+
+Keys (``policy``, ``metric``) stay as logged; next to them go the names people read,
+from the metric catalogue (``policy_label``: "pool mean" for ``_pool``; ``metric_label``:
+"Validation reward@1"; ``y_label``: with the unit; ``title``: "policy · metric").
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from trainer import metrics as m
 from webapp.api.http import encode_value
 from webapp.compare.data import Comparison, Summary
 from webapp.compare.stats import MeanStd
@@ -35,8 +40,9 @@ def number_text(value: float | None) -> str:
 
 def comparison_json(comparison: Comparison) -> dict[str, Any]:
     """``{"spec", "groups": [{"label", "colour", "dash", "runs"}], "panels": [{"policy",
-    "metric", "x_label", "traces": [{"group", "colour", "dash", "x", "mean", "lower",
-    "upper", "n", "raw_mean"}]}], "notes", "x_label", "grid"}``."""
+    "metric", "policy_label", "metric_label", "y_label", "title", "x_label", "traces":
+    [{"group", "colour", "dash", "x", "mean", "lower", "upper", "n", "raw_mean"}]}],
+    "notes", "x_label", "grid"}``."""
     return {
         "spec": comparison.spec.to_query(),
         "groups": [
@@ -47,6 +53,10 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
             {
                 "policy": panel.policy,
                 "metric": panel.metric,
+                "policy_label": panel.policy_label,
+                "metric_label": panel.metric_label,
+                "y_label": panel.y_label,
+                "title": panel.title,
                 "x_label": panel.x_label,
                 "traces": [
                     {
@@ -76,19 +86,25 @@ def mean_std_json(value: MeanStd) -> dict[str, Any]:
 
 
 def summary_json(summary: Summary) -> dict[str, Any]:
-    """``{"metric", "lower_is_better", "groups": [labels], "colours": {label: colour},
-    "policies", "rows": [{"policy", "cells": [{"group", "final": {"mean", "std", "n"},
+    """``{"metric", "metric_label", "lower_is_better", "groups": [labels], "colours":
+    {label: colour}, "policies", "policy_labels": {policy: label}, "rows": [{"policy",
+    "policy_label", "cells": [{"group", "final": {"mean", "std", "n"},
     "best": {...}, "mean": {...}}]}], "best": {"final": {policy: group}, "best": ...,
     "mean": ...}, "notes"}``; ``mean``/``std`` are null without runs / below two runs."""
     return {
         "metric": summary.metric,
+        "metric_label": m.label(summary.metric),
         "lower_is_better": summary.lower_is_better,
         "groups": [group.label for group in summary.groups],
         "colours": {group.label: group.colour for group in summary.groups},
         "policies": summary.policies,
+        "policy_labels": {
+            policy: m.policy_label(policy, summary.metric) for policy in summary.policies
+        },
         "rows": [
             {
                 "policy": row.policy,
+                "policy_label": m.policy_label(row.policy, summary.metric),
                 "cells": [
                     {
                         "group": cell.group,
