@@ -101,8 +101,9 @@ def test_finished_queued_and_pending_runs() -> None:
             None,
             0,
         )
-    assert _progress(state="queued", last_step=40).text == "queued"  # a resubmitted run
-    assert _progress(state="pending", started_at=None).text == "pending"
+    resubmitted = _progress(state="queued", last_step=40)
+    assert (resubmitted.text, resubmitted.percent) == ("queued · step 40/60", 66)
+    assert _progress(state="pending", started_at=None, last_step=None).text == "pending"
     assert _progress(state="pending").text.startswith("step 30/60 · 2m10s elapsed")  # requeued
     assert _progress(total_steps=None).text == f"step 30/? · 2m10s elapsed · ETA {NO_VALUE}"
 
@@ -231,7 +232,7 @@ def test_the_sweep_page_shows_progress_and_val_reward(client: Client, alice: Use
         "0.25",
     )
     assert _cell(_row(html, runs[1].name), "progress-text") == "queued"
-    assert ">Best val/reward@1</th>" in html
+    assert ">Best<small>val/reward@1</small></th>" in html
 
 
 def _query_count(client: Client, url: str) -> int:
