@@ -1,33 +1,81 @@
 // The run page's curves: one Plotly chart per metric key, one trace per policy, grouped
 // as the metric catalogue says; fed incrementally from the series API by
 // MRLRun.charts.refresh() (called by run-page.js's poll loop).
+//
+// What the reader controls (templates/experiments/_run_curves.html): a search that hides
+// the charts whose key and name do not match, groups that collapse, the smoothing (the
+// compare page's debiased EMA, window.MRLSmoothing; the raw curve stays faint behind),
+// and a CSV download per chart and of the whole run. The hover shows every policy's value
+// at the step under the pointer, to 4 significant digits; a constant series gets a y range
+// around its value (Plotly's autorange pads a flat line by about 1 each way: 0.001 read as 0).
 "use strict";
 
 (function () {
   const { config, el, getJSON, policyColour } = window.MRLRun;
+  const { ema } = window.MRLSmoothing;
   const MAX_POINTS = 2000; // per trace; the series API downsamples above this
   const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
+  const POOL = "_pool";
+  const STORE = { smoothing: "mrl.run.smoothing", collapsed: "mrl.run.collapsedGroups" };
+  // A chart whose values spread over less than this fraction of their size is drawn as
+  // constant (float noise in a schedule's value is ~1e-16 of it).
+  const CONSTANT_SPREAD = 1e-9;
 
   const keyToGroup = new Map();
   for (const group of config.groups) for (const key of group.keys) keyToGroup.set(key, group);
+  const metric = (key) => (config.metrics && config.metrics[key]) || {};
+  const metricLabel = (key) => metric(key).label || key;
+  const policyLabel = (policy) => (policy === POOL ? "pool mean" : policy);
+  // Plotly reads a few HTML tags in titles and trace names: server strings go in as text.
+  const plotlyText = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 
-  // charts: key -> {div, traces: Map(policy -> {x, y, lastStep, downsampled}), revision,
-  // drawn, visible}. `revision` counts the changes to the chart's points (it is the
-  // layout's datarevision), `drawn` is the revision on screen, `visible` whether the chart
-  // is in or near the viewport (null until the observer has said).
+  // charts: key -> {cell, div, traces: Map(policy -> {x, y, lastStep, downsampled, lo, hi}),
+  // revision, drawn, visible, hiddenSinceDrawn}. `revision` counts the changes to the
+  // chart's points, `drawn` is what is on screen (the layout's datarevision: points and view
+  // settings), `visible` whether the chart is in or near the viewport (null until the
+  // observer has said); `lo`/`hi` are a trace's lowest and highest finite value.
   const charts = new Map();
   const nonFinite = new Map(); // "policy key" -> first step with a non-finite value
+  const view = { smoothing: 0, revision: 0, search: "", collapsed: new Set() };
+
+  function remembered(name, fallback) {
+    try {
+      const value = window.localStorage.getItem(STORE[name]);
+      return value === null ? fallback : JSON.parse(value);
+    } catch (error) {
+      return fallback; // storage off, or a value from elsewhere
+    }
+  }
+
+  function remember(name, value) {
+    try {
+      window.localStorage.setItem(STORE[name], JSON.stringify(value));
+    } catch (error) {
+      // storage off: the setting lasts as long as the page
+    }
+  }
 
   function toNumber(value) {
     return typeof value === "string" ? NON_FINITE[value] : value;
   }
 
+  const dataRevision = (chart) => `${chart.revision}.${view.revision}`;
+  const isShown = (chart) => !chart.cell.hidden && !chart.cell.closest(".chart-group").classList.contains("collapsed");
+
   function groupSection(group) {
     const id = "group-" + group.slug;
     let section = document.getElementById(id);
     if (!section) {
-      section = el("div", { id, class: "chart-group" });
-      section.append(el("h3", {}, group.title), el("div", { class: "chart-grid" }));
+      section = el("div", { id, class: "chart-group", "data-testid": "chart-group-" + group.slug });
+      const grid = el("div", { class: "chart-grid", id: id + "-charts" });
+      const toggle = el("button", {
+        type: "button", class: "chart-group-toggle", "aria-controls": grid.id, "data-testid": "chart-group-toggle-" + group.slug,
+      });
+      toggle.append(el("span", {}, group.title), el("span", { class: "chart-group-count" }));
+      toggle.addEventListener("click", () => setCollapsed(group.slug, !view.collapsed.has(group.slug)));
+      const heading = el("h3");
+      heading.append(toggle);
+      section.append(heading, grid);
       // Keep the groups in their declared order.
       const order = config.groups.map((g) => g.slug).concat(["other"]);
       const container = document.getElementById("charts");
@@ -35,8 +83,25 @@
         (child) => order.indexOf(child.id.slice(6)) > order.indexOf(group.slug)
       );
       container.insertBefore(section, after || null);
+      showCollapsed(section, view.collapsed.has(group.slug));
     }
     return section.querySelector(".chart-grid");
+  }
+
+  function showCollapsed(section, collapsed) {
+    section.classList.toggle("collapsed", collapsed);
+    section.querySelector(".chart-grid").hidden = collapsed;
+    section.querySelector(".chart-group-toggle").setAttribute("aria-expanded", String(!collapsed));
+  }
+
+  function setCollapsed(slug, collapsed) {
+    if (collapsed) view.collapsed.add(slug);
+    else view.collapsed.delete(slug);
+    remember("collapsed", Array.from(view.collapsed));
+    const section = document.getElementById("group-" + slug);
+    if (section) showCollapsed(section, collapsed);
+    for (const chart of charts.values()) if (collapsed && !isShown(chart)) chart.hiddenSinceDrawn = true;
+    catchUp();
   }
 
   // A run has dozens of charts and every poll brings points to all of them: only those on
@@ -46,7 +111,7 @@
       const chart = charts.get(entry.target.dataset.key);
       if (!chart) continue;
       chart.visible = entry.isIntersecting;
-      if (chart.visible && chart.drawn !== chart.revision) render(entry.target.dataset.key);
+      update(entry.target.dataset.key);
     }
   }, { rootMargin: "400px 0px" });
 
@@ -54,41 +119,141 @@
     let chart = charts.get(key);
     if (!chart) {
       const group = keyToGroup.get(key) || { slug: "other", title: "Other", keys: [] };
+      const cell = el("div", { class: "chart-cell", "data-key": key });
       const div = el("div", { class: "chart", "data-testid": "chart-" + key, "data-key": key, "data-points": "0" });
+      const tools = el("div", { class: "chart-tools" });
+      const link = el("a", {
+        href: config.urls.metricCsv + "?" + new URLSearchParams({ key }), download: "",
+        "data-testid": "chart-csv-" + key, "aria-label": "Download the points of " + metricLabel(key) + " as CSV",
+      }, "Download CSV");
+      tools.append(el("code", { class: "muted" }, key), link);
+      cell.append(div, tools);
       const grid = groupSection(group);
       const position = group.keys.indexOf(key);
       const after = Array.from(grid.children).find((child) => group.keys.indexOf(child.dataset.key) > position);
-      grid.insertBefore(div, after || null);
-      chart = { div, traces: new Map(), revision: 0, drawn: -1, visible: null };
+      grid.insertBefore(cell, after || null);
+      chart = { cell, div, traces: new Map(), revision: 0, drawn: null, visible: null, hiddenSinceDrawn: false };
       charts.set(key, chart);
+      applySearch();
       onScreen.observe(div);
       document.getElementById("charts-empty").hidden = true;
     }
     return chart;
   }
 
-  function render(key) {
-    const chart = charts.get(key);
-    const traces = [];
-    for (const policy of config.policies) {
+  // The y range of a chart whose finite values are all (nearly) one value v: v +- 10% of
+  // |v| (+- 1 for 0), so that its ticks read v; null for any other chart (autorange).
+  function constantRange(chart) {
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const trace of chart.traces.values()) {
+      lo = Math.min(lo, trace.lo);
+      hi = Math.max(hi, trace.hi);
+    }
+    if (!(lo <= hi)) return null; // no finite value
+    const value = (lo + hi) / 2;
+    const size = Math.abs(value);
+    if (hi - lo > size * CONSTANT_SPREAD) return null;
+    const pad = size > 0 ? size * 0.1 : 1;
+    return [value - pad, value + pad];
+  }
+
+  function colours() {
+    const style = getComputedStyle(document.documentElement);
+    const read = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
+    return { fg: read("--fg", "#1d2430"), muted: read("--muted", "#5b6575"), card: read("--card", "#fff") };
+  }
+
+  function tracesOf(chart) {
+    const weight = view.smoothing;
+    const raw = [];
+    const lines = [];
+    for (const [index, policy] of config.policies.entries()) {
       const trace = chart.traces.get(policy);
       if (!trace) continue;
-      traces.push({
-        x: trace.x, y: trace.y, name: policy, mode: "lines", type: "scatter", // SVG: one WebGL context per chart runs out past ~16 charts
-        line: { color: policyColour.get(policy) || "#444", width: 1.6 },
-      });
+      const colour = policyColour.get(policy) || "#444";
+      // SVG scatter: one WebGL context per chart runs out past ~16 charts. The uid (Plotly
+      // makes CSS classes of it, so no policy names) keeps a trace hidden from the legend
+      // hidden across redraws and smoothing changes.
+      const common = { x: trace.x, name: plotlyText(policyLabel(policy)), legendgroup: policy, mode: "lines", type: "scatter" };
+      if (weight > 0) {
+        raw.push({
+          ...common, y: trace.y, uid: `p${index}raw`, showlegend: false, hoverinfo: "skip", opacity: 0.25,
+          line: { color: colour, width: 1.2 },
+        });
+        lines.push({
+          ...common, y: ema(trace.y, weight), uid: `p${index}`, customdata: trace.y, line: { color: colour, width: 1.8 },
+          hovertemplate: "%{fullData.name}: %{y:.4~g} <span style='opacity:.7'>(raw %{customdata:.4~g})</span><extra></extra>",
+        });
+      } else {
+        lines.push({ ...common, y: trace.y, uid: `p${index}`, line: { color: colour, width: 1.6 }, hovertemplate: "%{fullData.name}: %{y:.4~g}<extra></extra>" });
+      }
     }
+    return raw.concat(lines); // the smoothed lines over the faint raw ones
+  }
+
+  function render(key) {
+    const chart = charts.get(key);
+    if (!isShown(chart)) return; // drawn when shown again
+    const { fg, muted, card } = colours();
+    const range = constantRange(chart);
+    const unit = metric(key).unit || "";
     // The trace arrays grow in place, and Plotly.react redraws only for new arrays or a new
-    // datarevision: the revision makes every change of points a redraw. uirevision keeps
-    // what the user did (a zoom, hidden traces) across redraws; an axis nobody zoomed has
-    // no range here, so it autoranges over the new points.
+    // datarevision: the revision makes every change of points (or of the smoothing) a
+    // redraw. uirevision keeps what the user did (a zoom, hidden traces) across redraws;
+    // an axis nobody zoomed autoranges over the new points, or takes a constant series'
+    // range.
     const layout = {
-      title: { text: key, font: { size: 13 } }, margin: { l: 48, r: 12, t: 32, b: 56 }, height: 280,
-      xaxis: { title: { text: "step", standoff: 4 } }, legend: { orientation: "h", y: -0.32 },
-      uirevision: key, datarevision: chart.revision,
+      title: { text: plotlyText(metricLabel(key)), font: { size: 13 } }, margin: { l: 56, r: 12, t: 32, b: 56 }, height: 280,
+      font: { color: fg }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+      hovermode: "x unified", hoverlabel: { bgcolor: card, bordercolor: muted, font: { color: fg } },
+      xaxis: { title: { text: "step", standoff: 4 }, unifiedhovertitle: { text: "step %{x}" }, gridcolor: "rgba(127,127,127,0.2)" },
+      yaxis: {
+        title: { text: plotlyText(unit) }, automargin: true, gridcolor: "rgba(127,127,127,0.2)",
+        // Plain numbers on the ticks ("0.0003", not "300μ"); a constant series' few digits.
+        exponentformat: "e", ...(range ? { range, autorange: false, tickformat: ".4~g" } : { autorange: true, tickformat: "" }),
+      },
+      legend: { orientation: "h", y: -0.32 },
+      uirevision: key, datarevision: dataRevision(chart),
     };
-    window.Plotly.react(chart.div, traces, layout, { displaylogo: false, responsive: true });
-    chart.drawn = chart.revision;
+    window.Plotly.react(chart.div, tracesOf(chart), layout, { displaylogo: false, responsive: true });
+    chart.drawn = dataRevision(chart);
+    chart.hiddenSinceDrawn = false;
+  }
+
+  // A chart shown and on or near the screen is redrawn when out of date, and resized to
+  // its box when it was hidden since it was drawn (the window may have changed meanwhile).
+  function update(key) {
+    const chart = charts.get(key);
+    if (!isShown(chart) || chart.visible === false) return;
+    if (chart.drawn !== dataRevision(chart)) render(key);
+    else if (chart.hiddenSinceDrawn) {
+      chart.hiddenSinceDrawn = false;
+      window.Plotly.Plots.resize(chart.div);
+    }
+  }
+
+  function catchUp() {
+    for (const key of charts.keys()) update(key);
+  }
+
+  function applySearch() {
+    const words = view.search.toLowerCase().split(/\s+/).filter(Boolean);
+    const matching = new Map(); // group section -> charts shown
+    for (const [key, chart] of charts) {
+      const text = (key + " " + metricLabel(key)).toLowerCase();
+      chart.cell.hidden = !words.every((word) => text.includes(word));
+      if (chart.cell.hidden) chart.hiddenSinceDrawn = true;
+      const section = chart.cell.closest(".chart-group");
+      matching.set(section, (matching.get(section) || 0) + (chart.cell.hidden ? 0 : 1));
+    }
+    for (const [section, shown] of matching) {
+      section.hidden = shown === 0;
+      const total = section.querySelectorAll(".chart-cell").length;
+      section.querySelector(".chart-group-count").textContent = shown === total ? `(${total})` : `(${shown} of ${total})`;
+    }
+    const none = charts.size > 0 && Array.from(matching.values()).every((shown) => shown === 0);
+    document.getElementById("charts-none-match").hidden = !none;
   }
 
   function noteNonFinite(policy, key, points) {
@@ -113,16 +278,21 @@
       const chart = chartFor(item.key);
       let trace = chart.traces.get(item.policy);
       if (!trace || replace) {
-        trace = { x: [], y: [], lastStep: -1, downsampled: false };
+        trace = { x: [], y: [], lastStep: -1, downsampled: false, lo: Infinity, hi: -Infinity };
         chart.traces.set(item.policy, trace);
         changed.add(item.key);
       }
       trace.downsampled = trace.downsampled || Boolean(item.downsampled);
-      for (const [step, value] of item.points) {
+      for (const [step, raw] of item.points) {
         if (step <= trace.lastStep) continue;
+        const value = toNumber(raw);
         trace.x.push(step);
-        trace.y.push(toNumber(value));
+        trace.y.push(value);
         trace.lastStep = step;
+        if (Number.isFinite(value)) {
+          trace.lo = Math.min(trace.lo, value);
+          trace.hi = Math.max(trace.hi, value);
+        }
         changed.add(item.key);
       }
       noteNonFinite(item.policy, item.key, item.points);
@@ -174,6 +344,31 @@
     }
     await Promise.all(batches);
   }
+
+  // --- the controls ---------------------------------------------------------------------
+  const smoothingInput = document.getElementById("chart-smoothing");
+  const smoothingValue = document.getElementById("chart-smoothing-value");
+  const searchInput = document.getElementById("chart-search");
+
+  function setSmoothing(weight) {
+    const clamped = Math.min(0.99, Math.max(0, Number(weight) || 0));
+    smoothingInput.value = String(clamped);
+    smoothingValue.textContent = clamped > 0 ? clamped.toFixed(2) : "off";
+    if (clamped === view.smoothing) return;
+    view.smoothing = clamped;
+    view.revision += 1;
+    remember("smoothing", clamped);
+    catchUp(); // the others redraw as they come into view
+  }
+
+  for (const slug of remembered("collapsed", [])) if (typeof slug === "string") view.collapsed.add(slug);
+  setSmoothing(remembered("smoothing", 0));
+  smoothingInput.addEventListener("input", () => setSmoothing(smoothingInput.value));
+  searchInput.addEventListener("input", () => {
+    view.search = searchInput.value.trim();
+    applySearch();
+    catchUp();
+  });
 
   window.MRLRun.charts = { refresh: refreshCurves };
 })();
