@@ -1,17 +1,135 @@
-// The run page's peer-transfer panel: the filtered log (paged), the source -> target
-// matrix and the counts over time. MRLRun.transfers.refresh() is called by run-page.js's
-// poll loop.
+// The run page's peer-transfer panel: the filtered log (paged, a row expands to what
+// crossed), the source -> target matrix and the counts over time, both of the filtered
+// events; a matrix cell click filters the log to that pair. MRLRun.transfers.refresh() is
+// called by run-page.js's poll loop. Every string from the server goes in as textContent.
 "use strict";
 
 (function () {
   const { config, el, getJSON } = window.MRLRun;
+  const form = document.getElementById("transfer-filter");
+  if (!form) {
+    // A regime where nothing crosses: the template says so, there is nothing to poll.
+    window.MRLRun.transfers = { refresh: () => Promise.resolve() };
+    return;
+  }
 
   const transferQuery = { offset: 0, limit: 50 };
+  const expanded = new Set(); // ids of the log rows shown open
+  const details = new Map(); // id -> the event-detail reply (what crossed never changes)
+  const COLUMNS = ["step", "source", "target", "kind", "prompt_id", "count", "weight"];
 
   function transferParams() {
     const params = new URLSearchParams();
-    for (const [name, value] of new FormData(document.getElementById("transfer-filter"))) if (value) params.set(name, value);
+    for (const [name, value] of new FormData(form)) if (value) params.set(name, value);
     return params;
+  }
+
+  function filtersActive() {
+    return Array.from(new FormData(form).values()).some((value) => value !== "");
+  }
+
+  // --- the log ------------------------------------------------------------------------
+  function detailUrl(id) {
+    return `${config.urls.events}/${encodeURIComponent(id)}`;
+  }
+
+  function tokenList(tokens) {
+    const list = el("ol", { class: "transfer-tokens", "data-testid": "transfer-tokens" });
+    for (const token of tokens) list.append(el("li", {}, token === "" ? "∅" : token));
+    return list;
+  }
+
+  function sampleBlock(sample, index, detail) {
+    const box = el("div", { class: "transfer-sample" });
+    const head = [`Response ${index + 1}`];
+    if (sample.reward !== undefined && sample.reward !== null) head.push(`reward ${sample.reward}`);
+    box.append(el("h4", {}, head.join(" · ")));
+    const text = el("pre", { class: "transfer-text", "data-testid": "transfer-text" });
+    text.textContent = sample.text === "" ? "(empty response)" : sample.text;
+    box.append(text);
+    if (Array.isArray(sample.tokens)) {
+      const tokens = sample.tokens.length;
+      box.append(el("h4", {}, `Retokenized for ${detail.event.target} (THL): ${tokens} token${tokens === 1 ? "" : "s"}`));
+      box.append(tokenList(sample.tokens));
+    }
+    if (sample.truncated) {
+      box.append(el("p", { class: "muted" },
+        `Cut by the trainer: it records at most ${detail.limits.text} characters and ${detail.limits.tokens} tokens.`));
+    }
+    return box;
+  }
+
+  function detailContent(detail) {
+    const box = el("div", { class: "transfer-detail-body", "data-testid": "transfer-detail" });
+    const { event, samples } = detail;
+    if (samples === null) {
+      box.append(el("p", { class: "empty" }, event.kind === "advantage_stats"
+        ? "Only reward statistics crossed (a group baseline), no text: nothing more to show."
+        : "No text recorded for this event (its trainer did not ship what crossed)."));
+      return box;
+    }
+    if (!samples.length) {
+      box.append(el("p", { class: "empty" }, "No text recorded for this event."));
+      return box;
+    }
+    box.append(el("p", { class: "muted" },
+      `What ${event.source} sent to ${event.target} for prompt ${event.prompt_id} at step ${event.step}` +
+      (event.count > samples.length ? ` (${samples.length} of the ${event.count} that crossed; at most ${detail.limits.samples} are recorded):` : ":")));
+    samples.forEach((sample, i) => box.append(sampleBlock(sample, i, detail)));
+    return box;
+  }
+
+  function detailRow(id) {
+    const cell = el("td", { colspan: String(COLUMNS.length + 1) });
+    const detail = details.get(id);
+    cell.append(detail ? detailContent(detail) : el("p", { class: "muted" }, "Loading…"));
+    const row = el("tr", { class: "transfer-detail", "data-detail-of": String(id) });
+    row.append(cell);
+    return row;
+  }
+
+  async function toggle(row, button, id) {
+    if (expanded.has(id)) {
+      expanded.delete(id);
+      button.setAttribute("aria-expanded", "false");
+      button.textContent = "▸";
+      document.querySelector(`tr[data-detail-of="${id}"]`)?.remove();
+      return;
+    }
+    expanded.add(id);
+    button.setAttribute("aria-expanded", "true");
+    button.textContent = "▾";
+    row.after(detailRow(id));
+    if (details.has(id)) return;
+    try {
+      details.set(id, await getJSON(detailUrl(id)));
+    } catch (error) {
+      const failed = document.querySelector(`tr[data-detail-of="${id}"] td`);
+      failed?.replaceChildren(el("p", { class: "bad" }, "Could not load this transfer; it will be retried when you open it again."));
+      expanded.delete(id);
+      button.setAttribute("aria-expanded", "false");
+      button.textContent = "▸";
+      return;
+    }
+    const open = document.querySelector(`tr[data-detail-of="${id}"]`);
+    if (open) open.replaceWith(detailRow(id));
+  }
+
+  function logRow(event) {
+    const row = el("tr", { "data-event-id": String(event.id) });
+    const button = el("button", {
+      type: "button", class: "link transfer-toggle", "aria-expanded": String(expanded.has(event.id)),
+      "aria-label": `What crossed at step ${event.step}, ${event.source} to ${event.target}`,
+    }, expanded.has(event.id) ? "▾" : "▸");
+    button.addEventListener("click", () => toggle(row, button, event.id));
+    const toggleCell = el("td");
+    toggleCell.append(button);
+    row.append(toggleCell);
+    for (const field of COLUMNS) {
+      const value = event[field];
+      row.append(el("td", {}, value === null || value === undefined || value === "" ? "–" : String(value)));
+    }
+    return row;
   }
 
   async function refreshTransferLog() {
@@ -19,54 +137,130 @@
     params.set("limit", String(transferQuery.limit));
     params.set("offset", String(transferQuery.offset));
     const page = await getJSON(config.urls.events, params);
-    const body = document.getElementById("transfer-rows");
-    body.replaceChildren(
-      ...page.events.map((event) => {
-        const row = el("tr");
-        for (const field of ["step", "source", "target", "kind", "prompt_id", "count", "weight"]) {
-          const value = event[field];
-          row.append(el("td", {}, value === null || value === undefined ? "–" : String(value)));
-        }
-        return row;
-      })
-    );
+    const rows = [];
+    for (const event of page.events) {
+      rows.push(logRow(event));
+      if (expanded.has(event.id)) rows.push(detailRow(event.id));
+    }
+    document.getElementById("transfer-rows").replaceChildren(...rows);
     const last = Math.min(transferQuery.offset + transferQuery.limit, page.total);
     document.getElementById("transfer-page").textContent = page.total ? `${transferQuery.offset + 1}–${last} of ${page.total}` : "none";
+    document.getElementById("transfer-prev").disabled = transferQuery.offset === 0;
+    document.getElementById("transfer-next").disabled = last >= page.total;
+  }
+
+  // --- matrix and chart ------------------------------------------------------------------
+  function selectPair(source, target) {
+    const same = form.elements.source.value === source && form.elements.target.value === target;
+    form.elements.source.value = same ? "" : source;
+    form.elements.target.value = same ? "" : target;
+    transferQuery.offset = 0;
+    refreshTransfers();
+  }
+
+  function matrixCell(source, target, count, max) {
+    if (source === target) return el("td", { class: "diagonal", title: "A policy does not transfer to itself" }, "–");
+    const selected = form.elements.source.value === source && form.elements.target.value === target;
+    const cell = el("td", {
+      class: selected ? "pair selected" : "pair",
+      role: "button",
+      tabindex: "0",
+      "data-source": source,
+      "data-target": target,
+      "aria-pressed": String(selected),
+      title: selected ? `Showing ${source} → ${target}; click to clear` : `Show ${source} → ${target} in the log`,
+    }, String(count));
+    cell.style.setProperty("--share", (count / max).toFixed(3));
+    cell.addEventListener("click", () => selectPair(source, target));
+    cell.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") {
+        event.preventDefault();
+        selectPair(source, target);
+      }
+    });
+    return cell;
+  }
+
+  function drawMatrix(summary) {
+    const policies = summary.policies;
+    const max = Math.max(1, ...summary.matrix.flat());
+    const table = el("table", { class: "matrix" });
+    const head = el("tr");
+    head.append(el("th", { scope: "col" }, "source \\ target"), ...policies.map((p) => el("th", { scope: "col" }, p)));
+    table.append(head);
+    summary.matrix.forEach((row, i) => {
+      const tr = el("tr");
+      tr.append(el("th", { scope: "row" }, policies[i]));
+      row.forEach((count, j) => tr.append(matrixCell(policies[i], policies[j], count, max)));
+      table.append(tr);
+    });
+    document.getElementById("transfer-matrix").replaceChildren(table);
+  }
+
+  function drawOverTime(summary) {
+    // One bar per step bucket, spanning it: x is the bucket's middle, the width its steps.
+    const size = summary.bucket_size;
+    const kinds = Array.from(new Set(summary.over_time.map((row) => row.kind)));
+    const traces = kinds.map((kind) => {
+      const rows = summary.over_time.filter((row) => row.kind === kind);
+      return {
+        type: "bar", name: kind, width: 0.9 * size,
+        x: rows.map((r) => r.step + (size - 1) / 2), y: rows.map((r) => r.count),
+        hovertemplate: "%{fullData.name}: %{y} (step %{customdata})<extra></extra>",
+        customdata: rows.map((r) => (size > 1 ? `${r.step}–${r.step + size - 1}` : String(r.step))),
+      };
+    });
+    // Drawn on the chart's own light background (app.css .chart), in Plotly's colours.
+    window.Plotly.react("transfer-over-time", traces, {
+      barmode: "stack", height: 240, margin: { l: 50, r: 10, t: 10, b: 40 },
+      xaxis: { title: { text: size > 1 ? `step (buckets of ${size})` : "step" } },
+      yaxis: { title: { text: "transfers" }, rangemode: "tozero" },
+      legend: { orientation: "h", y: 1.12 },
+      datarevision: Date.now(),
+    }, { displaylogo: false, responsive: true });
+  }
+
+  let chartDrawn = false;
+
+  function clearOverTime(note) {
+    const chart = document.getElementById("transfer-over-time");
+    if (chartDrawn) window.Plotly.purge(chart);
+    chartDrawn = false;
+    chart.replaceChildren(el("p", { class: "empty" }, note));
   }
 
   async function refreshTransferSummary() {
     const summary = await getJSON(config.urls.eventsSummary, transferParams());
-    const policies = summary.policies;
-    const box = document.getElementById("transfer-matrix");
-    if (!policies.length) return;
-    const max = Math.max(1, ...summary.matrix.flat());
-    const table = el("table", { class: "matrix" });
-    const head = el("tr");
-    head.append(el("th", {}, "source \\ target"), ...policies.map((p) => el("th", {}, p)));
-    table.append(head);
-    summary.matrix.forEach((row, i) => {
-      const tr = el("tr");
-      tr.append(el("th", {}, policies[i]));
-      row.forEach((count) => {
-        const td = el("td", {}, String(count));
-        td.style.background = `rgba(0, 114, 178, ${(0.08 + 0.6 * count / max).toFixed(3)})`;
-        tr.append(td);
-      });
-      table.append(tr);
-    });
-    box.replaceChildren(table);
-    const kinds = Array.from(new Set(summary.over_time.map((row) => row.kind)));
-    const traces = kinds.map((kind) => {
-      const rows = summary.over_time.filter((row) => row.kind === kind);
-      return { type: "bar", name: kind, x: rows.map((r) => r.step), y: rows.map((r) => r.count) };
-    });
-    window.Plotly.react("transfer-over-time", traces,
-      { barmode: "stack", height: 240, margin: { l: 40, r: 10, t: 10, b: 30 }, xaxis: { title: { text: "step" } } },
-      { displaylogo: false, responsive: true });
+    const views = document.getElementById("transfer-views");
+    const message = document.getElementById("transfer-message");
+    message.hidden = summary.total > 0;
+    if (!summary.total && !filtersActive()) {
+      // Nothing has crossed yet: a sentence, not an empty matrix and an empty chart.
+      message.textContent = "No transfers yet.";
+      clearOverTime("");
+      views.hidden = true;
+      return;
+    }
+    views.hidden = false;
+    drawMatrix(summary); // kept when nothing matches, so a selected cell can be clicked off
+    if (!summary.total) {
+      message.textContent = "No transfers match these filters.";
+      clearOverTime("Nothing to draw for these filters.");
+      return;
+    }
+    if (!chartDrawn) document.getElementById("transfer-over-time").replaceChildren();
+    drawOverTime(summary);
+    chartDrawn = true;
   }
 
-  document.getElementById("transfer-filter").addEventListener("submit", (event) => {
+  // --- controls ---------------------------------------------------------------------------
+  form.addEventListener("submit", (event) => {
     event.preventDefault();
+    transferQuery.offset = 0;
+    refreshTransfers();
+  });
+  document.getElementById("transfer-clear").addEventListener("click", () => {
+    form.reset();
     transferQuery.offset = 0;
     refreshTransfers();
   });
