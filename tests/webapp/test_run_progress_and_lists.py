@@ -358,6 +358,9 @@ def test_the_job_label_names_the_backend(
     listing = client.get(reverse("experiments:run_list")).content.decode()
     assert _cell(_row(listing, run.name), "job") == cell
     assert ">Slurm job<" not in listing
+    experiment_page = client.get(run.experiment.get_absolute_url()).content.decode()
+    assert _cell(_row(experiment_page, run.name), "job") == cell
+    assert ">Slurm job<" not in experiment_page
 
 
 @pytest.mark.django_db
