@@ -6,6 +6,26 @@ rollouts, possibly peer rollouts (PRP, with per-token importance weights) and an
 auxiliary NLL set (SGT). Under ReMix (SPEC 5) the batch also carries replayed samples
 with their behaviour log-probs, and :meth:`Policy.train_step_remix` optimises the
 mix-policy objective of :mod:`trainer.remix.losses` instead of GRPO's.
+
+Log-probs are those of the sampling distribution (SPEC 9). The engine samples from
+``softmax(logits / T)`` at the policy's ``temperature`` T (no top-k, no top-p), so every
+log-prob that enters a ratio, an importance weight or the KL term is
+``log_softmax(logits / T)`` of that same T, as in TRL's ``GRPOTrainer`` and verl:
+
+- the update's current log-probs ``logp_theta`` and GRPO's old log-probs;
+- the behaviour log-probs this policy hands out (:meth:`Policy.response_logprobs`: PRP's
+  ``mu`` of its published rollouts) and ReMix's stored ones (``log pi_k``);
+- the reference model's log-probs for the KL term: TRL scores its reference with the
+  policy's temperature too, so ``KL(pi_T || ref_T)`` compares the two models' tempered
+  distributions and is 0 while the policy equals its reference;
+- ``actor/entropy`` (and the entropy bonus), the entropy of the tempered distribution
+  that is being sampled, as TRL and verl compute it.
+
+Each policy scores with its own temperature: PRP's learner scores a peer's tokens under
+the learner's tempered distribution (the learner's side of ``pi_learner / mu``), while
+``mu`` is the peer's own, at the peer's temperature. Two things keep temperature 1: SGT's
+auxiliary NLL, a supervised cross-entropy on the model's plain logits (as in SFT; no
+ratio involves it), and greedy validation, where the temperature changes no argmax.
 """
 
 from __future__ import annotations
@@ -128,6 +148,11 @@ class Policy:
     def name(self) -> str:
         return self.config.name
 
+    @property
+    def temperature(self) -> float:
+        """T of the sampling distribution ``softmax(logits / T)``, and of every log-prob."""
+        return self.config.temperature
+
     def prompt_texts(self, problems: Sequence[Problem]) -> list[str]:
         return [
             format_prompt(self.tokenizer, p.prompt, self.config.chat_template) for p in problems
@@ -150,7 +175,7 @@ class Policy:
             texts,
             n=self.config.group_size,
             max_new_tokens=self.config.max_new_tokens,
-            temperature=self.config.temperature,
+            temperature=self.temperature,
         )
         g = self.config.group_size
         rewards = self.reward_fn(
@@ -185,7 +210,13 @@ class Policy:
     def response_logprobs(
         self, prompt_ids: list[list[int]], response_ids: list[list[int]]
     ) -> list[list[float]]:
-        """Per response token, its log-prob under the current policy."""
+        """Per response token, its log-prob under the current policy's sampling
+        distribution, ``log_softmax(logits / T)`` at this policy's temperature.
+
+        For this policy's own rollouts it is the probability they were sampled with (PRP's
+        ``mu``); for a peer's tokens it is this policy's side of the importance weight,
+        at this policy's temperature (the peer's ``mu`` is at the peer's).
+        """
         input_ids, attention_mask, response_mask = build_sequences(
             prompt_ids, response_ids, self.pad_id
         )
@@ -371,7 +402,7 @@ class Policy:
             if share == 0.0:
                 continue
             logits, targets, width = self._forward(
-                self.model, input_ids[rows], attention_mask[rows]
+                self.model, input_ids[rows], attention_mask[rows], self.temperature
             )
             logp = token_log_probs(logits, targets)
             mask = response_mask[rows, : width - 1]
@@ -444,12 +475,16 @@ class Policy:
         *,
         coef: float,
     ) -> float:
-        """Backward ``coef`` x token-mean NLL of the auxiliary responses; return the NLL."""
+        """Backward ``coef`` x token-mean NLL of the auxiliary responses; return the NLL.
+
+        A supervised cross-entropy on the model's logits at temperature 1, as in SFT: no
+        ratio or importance weight involves it, so the sampling temperature plays no part.
+        """
         total_tokens = float(response_mask.sum())
         nll_total = 0.0
         for rows in self._micro_batches(input_ids.shape[0]):
             logits, targets, width = self._forward(
-                self.model, input_ids[rows], attention_mask[rows]
+                self.model, input_ids[rows], attention_mask[rows], 1.0
             )
             mask = response_mask[rows, : width - 1]
             nll_sum = -(token_log_probs(logits, targets) * mask).sum()
@@ -463,23 +498,35 @@ class Policy:
 
     @staticmethod
     def _forward(
-        model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+        model: torch.nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        temperature: float,
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Logits ``[n, w-1, V]`` (float32) predicting ``targets [n, w-1]``; trims padding."""
+        """Logits ``[n, w-1, V]`` (float32) divided by ``temperature``, predicting
+        ``targets [n, w-1]``; trims padding. Their softmax is the distribution the engine
+        samples from at that temperature (its log-softmax: the tokens' log-probs)."""
         width = int(attention_mask.sum(dim=1).max())
         logits = model(
             input_ids=input_ids[:, :width], attention_mask=attention_mask[:, :width]
         ).logits[:, :-1]
-        return logits.float(), input_ids[:, 1:width], width
+        logits = logits.float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        return logits, input_ids[:, 1:width], width
 
     @torch.no_grad()
     def _log_probs(
         self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
     ) -> torch.Tensor:
-        """Per-token log-probs [N, L-1] of ``input_ids[:, 1:]`` under ``model``."""
+        """Per-token log-probs [N, L-1] of ``input_ids[:, 1:]`` under ``model``'s logits at
+        this policy's temperature: the current model (old and behaviour log-probs) and the
+        reference (the KL anchor) alike."""
         out = torch.zeros((input_ids.shape[0], input_ids.shape[1] - 1), dtype=torch.float32)
         for rows in self._micro_batches(input_ids.shape[0]):
-            logits, targets, width = self._forward(model, input_ids[rows], attention_mask[rows])
+            logits, targets, width = self._forward(
+                model, input_ids[rows], attention_mask[rows], self.temperature
+            )
             out[rows, : width - 1] = token_log_probs(logits, targets)
         return out
 

@@ -52,6 +52,11 @@ class HFRolloutEngine:
 
     Prompts are left-padded into one batch; sampling uses torch's global RNG, so a run
     is reproducible from its seed and the RNG state saved in checkpoints.
+
+    Sampling draws from ``softmax(logits / temperature)`` with top-k and top-p off: the
+    distribution whose log-probs :class:`trainer.policy.Policy` scores (SPEC 9). A
+    sampler that changes it (top-k, top-p, penalties) must change the scoring with it.
+    ``greedy`` takes the argmax, which no temperature changes.
     """
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
