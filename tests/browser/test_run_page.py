@@ -193,7 +193,9 @@ def test_a_zoomed_chart_keeps_its_zoom_while_the_others_follow(
 
     # Drag across the middle of the reward chart: an x zoom, as a user does it.
     zoomed_key, other_key = KEYS
-    area = page.locator(f'[data-testid="chart-{zoomed_key}"] .nsewdrag').bounding_box()
+    drag_layer = page.locator(f'[data-testid="chart-{zoomed_key}"] .nsewdrag')
+    drag_layer.scroll_into_view_if_needed()  # the mouse acts on what is on screen
+    area = drag_layer.bounding_box()
     assert area is not None
     y = area["y"] + area["height"] / 2
     page.mouse.move(area["x"] + area["width"] * 0.25, y)
