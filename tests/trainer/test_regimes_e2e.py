@@ -71,3 +71,9 @@ def test_a_three_tokenizer_pool_runs_the_regime(regime: str, zoo_dir: Path, tmp_
         assert pairs == {(s, t) for s in POLICIES for t in POLICIES if s != t}
     if regime == "prp":
         assert all(0 < e["weight"] <= 1.0 for e in events)
+    if regime in {"prp", "sgt"}:  # what crossed: the texts, retokenized for the target
+        for e in events:
+            assert 1 <= len(e["samples"]) == min(e["count"], 4), e
+            assert all(isinstance(s["text"], str) and s["tokens"] for s in e["samples"]), e
+    else:
+        assert all("samples" not in e for e in events)  # only reward statistics crossed
