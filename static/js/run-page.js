@@ -25,6 +25,12 @@
       if (value && node.dataset.field.endsWith("_at")) value = when(value);
       node.textContent = value === null || value === undefined || value === "" ? "–" : String(value);
     }
+    const jobLabel = document.querySelector("#run-facts [data-testid=job-label]");
+    if (jobLabel) {
+      // The backend is known once the run is submitted: "Slurm job", "Local process (pid)".
+      const labels = { slurm: jobLabel.dataset.labelSlurm, local: jobLabel.dataset.labelLocal };
+      jobLabel.textContent = labels[status.backend] || jobLabel.dataset.labelOther;
+    }
     showProgress(status);
     showTimeline(status.timeline || []);
     showActions(status);

@@ -20,7 +20,7 @@ from playwright.sync_api import Page, expect
 
 from tests.conftest import log_in
 from webapp.experiments import services
-from webapp.experiments.models import Experiment
+from webapp.experiments.models import Experiment, Run
 
 pytestmark = pytest.mark.browser
 
@@ -125,6 +125,13 @@ def test_the_progress_bar_and_eta_advance_while_points_ship(
     assert widths[-1] == pytest.approx(last / TOTAL, abs=0.02), samples
     # About a step a second, 9 steps to go: an ETA of about 9 s, down from about 15 s.
     assert etas[0] > etas[-1] and 4 <= etas[-1] <= 14, samples
+
+    # Submitted to the local backend: the job fact says what the id is.
+    expect(page.get_by_test_id("job-label")).to_have_text("Job")
+    Run.objects.filter(pk=run.pk).update(backend="local", slurm_job_id="4242")
+    expect(page.get_by_test_id("job-label")).to_have_text("Local process (pid)", timeout=6_000)
+    expect(page.locator('#run-facts [data-field="slurm_job_id"]')).to_have_text("4242")
+    Run.objects.filter(pk=run.pk).update(slurm_job_id="")  # its end comes from the trainer
 
     _ship(base_url, run.pk, token, range(last + 1, TOTAL + 1), state="completed")
     expect(text).to_have_text(re.compile(r"step 20/20 · ran \d+s"), timeout=6_000)
