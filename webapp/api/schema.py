@@ -342,9 +342,11 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "required": [
             *("run", "name", "state", "is_terminal", "status_message", "last_step"),
-            *("slurm_job_id", "node", "exit_code", "failure_reason"),
+            *("backend", "slurm_job_id", "node", "exit_code", "failure_reason", "has_token"),
             *("created_at", "queued_at", "submitted_at", "started_at"),
             *("finished_at", "updated_at"),
+            *("total_steps", "elapsed_s", "eta_s", "steps_per_s", "progress"),
+            *("progress_text", "timeline"),
         ],
         "properties": {
             "run": {"type": "integer"},
@@ -353,6 +355,37 @@ SCHEMAS: dict[str, Any] = {
             "is_terminal": {"type": "boolean"},
             "status_message": {"type": "string"},
             "last_step": {"type": ["integer", "null"]},
+            "backend": {
+                "type": "string",
+                "description": "slurm, local, or empty before submission",
+            },
+            "has_token": {"type": "boolean", "description": "Whether an ingestion token is issued"},
+            "total_steps": {"type": ["integer", "null"], "description": "From the run's config"},
+            "elapsed_s": {
+                "type": ["number", "null"],
+                "description": "Seconds since the start; the duration once finished",
+            },
+            "eta_s": {
+                "type": ["number", "null"],
+                "description": "Seconds left at the last steps' rate; null when unknown",
+            },
+            "steps_per_s": {"type": ["number", "null"], "description": "The last steps' rate"},
+            "progress": {"type": "number", "minimum": 0, "maximum": 1},
+            "progress_text": {"type": "string", "description": "What the run page shows"},
+            "timeline": {
+                "type": "array",
+                "description": "The run's state changes, oldest first",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["at", "state", "note"],
+                    "properties": {
+                        "at": {"type": "string", "format": "date-time"},
+                        "state": {"type": "string"},
+                        "note": {"type": "string"},
+                    },
+                },
+            },
             "slurm_job_id": {"type": "string"},
             "node": {"type": "string"},
             "exit_code": {"type": ["integer", "null"]},
