@@ -50,6 +50,8 @@ def test_a_three_tokenizer_pool_runs_the_regime(regime: str, zoo_dir: Path, tmp_
     assert result.returncode == 0, result.stderr[-3000:]
 
     points = {(p["policy"], p["key"], p["step"]) for p in read_points(run_dir)}
+    uncatalogued = {key for _policy, key, _step in points} - set(m.BY_KEY)
+    assert not uncatalogued, f"logged keys missing from trainer.metrics.CATALOGUE: {uncatalogued}"
     events = list(read_events(run_dir))
     keys, kind = EXPECTED[regime]
     for policy in POLICIES:
