@@ -20,6 +20,7 @@ from webapp.experiments.configform import path_title, readable_doc, readable_mes
 from webapp.experiments.forms import ExperimentComposer
 from webapp.experiments.models import Experiment, Lab
 from webapp.experiments.plan_display import DASH, plan_table, resource_facts
+from webapp.experiments.sweep_forms import SweepForm
 
 pytestmark = pytest.mark.django_db
 
@@ -93,6 +94,13 @@ def test_readable_doc_and_paths() -> None:
         readable_message("duplicate name 'a' (also pool[0])")
         == "duplicate name 'a' (also Policy 1)"
     )
+
+
+def test_the_sweep_form_names_parameters_as_the_compose_form_does() -> None:
+    choices = dict(SweepForm().fields["param_path"].choices)  # type: ignore[attr-defined]
+
+    assert choices["grpo.kl_coef"] == "GRPO · KL coefficient (beta) \u2014 grpo.kl_coef"
+    assert choices["remix.replay_fraction"].startswith("ReMix · Replay fraction (p)")
 
 
 def test_the_page_labels_fields_in_words_with_their_json_key(lab: Lab, alice: User) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from django import forms
 
 from trainer.config import REGIMES, RunConfig
-from webapp.experiments.configform import MAX_CONFIG_INT
+from webapp.experiments.configform import MAX_CONFIG_INT, path_title
 from webapp.experiments.models import NAME_VALIDATOR
 
 SKIPPED_TOP_LEVEL = {"seed", "name", "regime", "off_policy", "pool"}
@@ -72,7 +72,11 @@ class SweepForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.paths = dict(sweepable_paths())
-        choices = [("", "nothing else")] + [(path, path) for path in self.paths]
+        # "GRPO · KL coefficient (beta) - grpo.kl_coef" (an em dash): the name on the
+        # compose form, and the config path the sweep's experiments are named after.
+        choices = [("", "nothing else")] + [
+            (path, f"{path_title(path)} \u2014 {path}") for path in self.paths
+        ]
         self.fields["param_path"].choices = choices  # type: ignore[attr-defined]
         for name, field in self.fields.items():
             field.widget.attrs.setdefault("data-testid", f"sweep-{name}")
