@@ -78,10 +78,10 @@
         });
       }
       window.Plotly.react(div, traces, {
-        title: { text: `${panel.policy} · ${panel.metric}`, font: { size: 13 } }, height: 300,
+        title: { text: panel.title || `${panel.policy} · ${panel.metric}`, font: { size: 13 } }, height: 300,
         margin: { l: 50, r: 10, t: 34, b: 58 }, legend: { orientation: "h", y: -0.3 },
         xaxis: { title: { text: panel.x_label || data.x_label || "step", standoff: 4 } },
-        yaxis: { type: logY ? "log" : "linear" },
+        yaxis: { type: logY ? "log" : "linear", title: { text: panel.y_label || "" } },
       }, { displaylogo: false, responsive: true });
     }
   }
@@ -94,7 +94,7 @@
   }
 
   function renderSummary(summary) {
-    document.getElementById("summary-metric").textContent = summary.metric;
+    document.getElementById("summary-metric").textContent = summary.metric_label || summary.metric;
     const table = el("table", { class: "list summary" });
     const head = el("tr");
     head.append(el("th", {}, "policy"));
@@ -104,7 +104,7 @@
     table.append(head);
     for (const row of summary.rows) {
       const tr = el("tr");
-      tr.append(el("th", {}, row.policy));
+      tr.append(el("th", {}, row.policy_label || row.policy));
       for (const c of row.cells) {
         for (const stat of ["final", "best", "mean"]) {
           const best = summary.best && summary.best[stat] && summary.best[stat][row.policy] === c.group;

@@ -84,6 +84,12 @@ def test_compare_regroup_smooth_and_download(
     panels = page.get_by_test_id("compare-panel")
     expect(panels).to_have_count(6, timeout=10_000)  # 3 policies x 2 metrics
     assert panel_groups(page) == ["standalone", "sgt"]
+    # Drawn titles and y-axes name metrics as people read them (the metric catalogue).
+    titles = page.locator("[data-testid=compare-panel] .gtitle").all_text_contents()
+    assert any("Validation reward@1" in title for title in titles), titles
+    assert not any("val/reward@1" in title for title in titles), titles
+    y_titles = page.locator("[data-testid=compare-panel] .ytitle").all_text_contents()
+    assert "Validation reward@1" in y_titles, y_titles
 
     page.fill("[data-testid=group-by]", "seed")
     page.get_by_test_id("apply").click()
