@@ -232,7 +232,8 @@ def test_a_cpu_plan_reads_cpu_and_an_odd_stored_plan_does_not_break_the_page(
     assert plan_table(None) is None and plan_table("junk") is None
     odd = plan_table({"policies": [{"name": "a"}, 3], "slurm": None, "mode": "exclusive"})
     assert odd is not None and [r.policy for r in odd.rows] == ["a"] and odd.slurm == DASH
-    assert resource_facts({"mem_gb": None, "tasks": [1, 2], "placement": {}}) == [
+    assert resource_facts({"tasks": [1, 2], "mem_gb": None, "gpus": 1, "placement": {}}) == [
+        ("GPUs", "1"),
         ("Memory (GB)", DASH),
         ("Tasks", "1, 2"),
     ]

@@ -22,6 +22,20 @@ MODES = {
     "shared": "shared: the workers share GPUs",
     "mixed": "mixed: some workers share a GPU, some have theirs to themselves",
 }
+RESOURCE_ORDER = (
+    "backend",
+    "partition",
+    "gpus",
+    "nodes",
+    "gpus_per_node",
+    "cpus_per_gpu",
+    "cpus",
+    "mem_gb",
+    "time_limit",
+    "account",
+    "qos",
+)
+"""The compose form's order (a JSONB column keeps keys in its own order)."""
 RESOURCE_LABELS = {"gpus_per_node": "GPUs per node", "partition": "Partition", "nodes": "Nodes"}
 
 
@@ -70,11 +84,9 @@ def resource_facts(resources: Any) -> list[tuple[str, str]]:
     """The stored resource request as (label, value) pairs: "GPUs", "2"; a blank one a dash."""
     if not isinstance(resources, Mapping):
         return []
-    return [
-        (RESOURCE_LABELS.get(key) or field_label(str(key)), display(value))
-        for key, value in resources.items()
-        if key != "placement"
-    ]
+    known = [key for key in RESOURCE_ORDER if key in resources]
+    keys = known + sorted(str(key) for key in resources if key not in {*known, "placement"})
+    return [(RESOURCE_LABELS.get(key) or field_label(key), display(resources[key])) for key in keys]
 
 
 def display(value: Any) -> str:
