@@ -59,6 +59,12 @@ SGT_RESCUE_RATE = "sgt/rescue_rate"
 SGT_NLL = "sgt/nll"
 THL_RESIDUAL_SPAN_FRAC = "thl/residual_span_frac"
 THL_MASS_ERROR = "thl/mass_error"
+THL_UNK_FRAC = "thl/unk_frac"
+"""Share of the retokenized peer tokens that are the learner's unknown token (mean over
+the samples it trained on; 0 for a lossless pair)."""
+THL_TEXT_MISMATCH_FRAC = "thl/text_mismatch_frac"
+"""Share of a peer response's characters that its round trip through the learner's
+tokenizer does not give back (lost, replaced or inserted; mean over the samples)."""
 
 # --- efficiency and behaviour, every run (SPEC 5) ---------------------------------------
 ROLLOUTS_TOTAL = "perf/rollouts_total"
@@ -168,6 +174,8 @@ CATALOGUE: tuple[MetricInfo, ...] = (
     MetricInfo(SGT_NLL, "SGT transfer NLL", "nats", SHARING),
     MetricInfo(THL_RESIDUAL_SPAN_FRAC, "THL residual-span fraction", "", SHARING),
     MetricInfo(THL_MASS_ERROR, "THL mass error", "", SHARING),
+    MetricInfo(THL_UNK_FRAC, "THL unknown-token fraction", "", SHARING),
+    MetricInfo(THL_TEXT_MISMATCH_FRAC, "THL text-mismatch fraction", "", SHARING),
     MetricInfo(TOKENS_PER_S, "Throughput", "tokens/s", THROUGHPUT),
     MetricInfo(STEP_S, "Step time", "s", THROUGHPUT),
     MetricInfo(GENERATE_S, "Generation time", "s", THROUGHPUT),

@@ -62,6 +62,8 @@ class PeerSample:
     reward: float
     residual_span_frac: float
     mass_error: float
+    unk_frac: float
+    text_mismatch_frac: float
 
 
 def truncated_is_weights(
@@ -177,6 +179,8 @@ class PRP(Regime):
                         reward=published.reward,
                         residual_span_frac=alignment.residual_span_frac,
                         mass_error=alignment.mass_error,
+                        unk_frac=retokenized.unk_frac,
+                        text_mismatch_frac=retokenized.text_mismatch_frac,
                     )
                 )
         return samples
@@ -211,8 +215,15 @@ class PRP(Regime):
                 sum(w >= c_bar for w in flat) / len(flat) if self.config.prp.is_correction else 0.0
             )
         if samples:
-            metrics[m.THL_RESIDUAL_SPAN_FRAC] = sum(s.residual_span_frac for s in samples) / len(
-                samples
-            )
-            metrics[m.THL_MASS_ERROR] = sum(s.mass_error for s in samples) / len(samples)
+            metrics |= {
+                m.THL_RESIDUAL_SPAN_FRAC: _mean([s.residual_span_frac for s in samples]),
+                m.THL_MASS_ERROR: _mean([s.mass_error for s in samples]),
+                m.THL_UNK_FRAC: _mean([s.unk_frac for s in samples]),
+                m.THL_TEXT_MISMATCH_FRAC: _mean([s.text_mismatch_frac for s in samples]),
+            }
         return metrics
+
+
+def _mean(values: list[float]) -> float:
+    """The mean of a non-empty list."""
+    return sum(values) / len(values)
