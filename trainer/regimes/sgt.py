@@ -2,15 +2,17 @@
 
 Rescue set of learner m at a step: the prompts where all of m's G rollouts failed and at
 least one peer rollout succeeded. For each, up to ``k_sgt`` verified peer successes
-(shortest text first, ties by source name) are retokenized into m's tokenizer (text
-path: the response text re-encoded, plus m's EOS, after m's own chat-formatted prompt)
-and trained with an auxiliary token-mean NLL:
+(shortest text first, ties by the source's rank in the pool, then by text; never set
+or hash order, so seeded runs and exact resume hold across processes) are retokenized
+into m's tokenizer (text path: the response text re-encoded, plus m's EOS, after m's
+own chat-formatted prompt) and trained with an auxiliary token-mean NLL:
 ``L_m = L_GRPO + lambda_sgt * L_NLL(rescued)``. With an empty rescue set the batch is
 exactly GRPO's. Only success texts cross, and only for prompts a policy solved.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,24 +36,37 @@ class Rescue:
 
 
 def shortest_successes(rollouts: Rollouts, k: int) -> dict[str, list[str]]:
-    """Per solved prompt id, up to ``k`` successful response texts, shortest first."""
+    """Per solved prompt id, up to ``k`` distinct successful response texts, shortest
+    first, equally short ones by text (never set or hash order: SPEC 9)."""
     published: dict[str, list[str]] = {}
     texts = rollouts.batch.response_texts
     successes = rollouts.successes.tolist()
     for index, problem in enumerate(rollouts.problems):
-        solved = sorted({texts[i] for i in rollouts.rows_of(index) if successes[i]}, key=len)
+        solved = dict.fromkeys(texts[i] for i in rollouts.rows_of(index) if successes[i])
         if solved:
-            published[problem.id] = solved[:k]
+            published[problem.id] = sorted(solved, key=success_order)[:k]
     return published
 
 
+def success_order(text: str) -> tuple[int, str]:
+    """Sort key of one source's successes: length, then the text itself."""
+    return len(text), text
+
+
 def rescue_set(
-    rollouts: Rollouts, peer_successes: dict[str, dict[str, list[str]]], k: int
+    rollouts: Rollouts,
+    peer_successes: Mapping[str, Mapping[str, list[str]]],
+    k: int,
+    ranks: Mapping[str, int] | None = None,
 ) -> tuple[list[Rescue], int]:
     """The chosen rescues and the number of prompts where the learner failed all G.
 
-    ``peer_successes`` maps source policy -> prompt id -> success texts.
+    ``peer_successes`` maps source policy -> prompt id -> success texts; ``ranks`` maps
+    each source to its rank in the pool (default: the order of ``peer_successes``, the
+    exchange's rank order). Per prompt the ``k`` shortest win, equally short ones by
+    source rank, then text (SPEC 9).
     """
+    rank_of = dict(ranks) if ranks is not None else {s: i for i, s in enumerate(peer_successes)}
     successes = rollouts.successes.tolist()
     rescues: list[Rescue] = []
     failed_all = 0
@@ -60,13 +75,11 @@ def rescue_set(
             continue
         failed_all += 1
         candidates = sorted(
-            (
-                (len(text), source, text)
-                for source, by_prompt in peer_successes.items()
-                for text in by_prompt.get(problem.id, [])
-            ),
+            (len(text), rank_of[source], text, source)
+            for source, by_prompt in peer_successes.items()
+            for text in by_prompt.get(problem.id, [])
         )
-        rescues += [Rescue(index, problem.id, source, text) for _, source, text in candidates[:k]]
+        rescues += [Rescue(index, problem.id, source, text) for *_, text, source in candidates[:k]]
     return rescues, failed_all
 
 
@@ -81,7 +94,8 @@ class SGT(Regime):
         self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
     ) -> RegimeStep:
         peer_successes = {peer.policy: peer.topics[SUCCESSES_TOPIC] for peer in peers}
-        rescues, failed_all = rescue_set(rollouts, peer_successes, self.config.sgt.k_sgt)
+        ranks = {member.name: rank for rank, member in enumerate(self.config.pool)}
+        rescues, failed_all = rescue_set(rollouts, peer_successes, self.config.sgt.k_sgt, ranks)
         batch = LearnerBatch.on_policy(rollouts, policy.advantages(rollouts))
         response_ids = [policy.encode_response(r.text) for r in rescues]
         if rescues:
