@@ -23,7 +23,9 @@
     for (const node of document.querySelectorAll("#run-facts [data-field]")) {
       let value = status[node.dataset.field];
       if (value && node.dataset.field.endsWith("_at")) value = when(value);
-      node.textContent = value === null || value === undefined || value === "" ? "–" : String(value);
+      const empty = value === null || value === undefined || value === "";
+      node.textContent = empty ? "–" : String(value);
+      if (node.dataset.field === "failure_reason") node.classList.toggle("bad", !empty); // a dash is not an alarm
     }
     const jobLabel = document.querySelector("#run-facts [data-testid=job-label]");
     if (jobLabel) {

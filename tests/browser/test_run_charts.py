@@ -21,6 +21,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from playwright.sync_api import Locator, Page, expect
 
+from tests.browser.colours import contrast
 from webapp.compare.stats import ema
 from webapp.experiments import services
 from webapp.experiments.models import Experiment, MetricPoint, MetricSeries, Run
@@ -298,3 +299,26 @@ def test_live_points_redraw_the_smoothed_lines_and_a_constant_axis_follows(
     expect(ticks.first).not_to_have_text("0.0009", timeout=8_000)
     numbers = [float(t) for t in ticks.all_text_contents()]
     assert min(numbers) <= 0.0011 and max(numbers) >= 0.0019, numbers
+
+
+def test_in_the_dark_theme_the_charts_text_reads_on_its_ground(run_page: tuple[Page, Run]) -> None:
+    """Titles, tick labels and legends are drawn in the theme's text colour on what lies
+    behind the chart (a white chart under light text was unreadable in the dark theme)."""
+    page, _ = run_page
+    page.emulate_media(color_scheme="dark")
+    page.reload()
+    expect(chart(page, REWARD).locator(".scatterlayer .trace")).to_have_count(len(POLICIES) + 1)
+    ground, texts = chart(page, REWARD).evaluate(
+        """div => {
+             let node = div, ground = "";
+             for (; node; node = node.parentElement) {
+               ground = getComputedStyle(node).backgroundColor;
+               if (!/^rgba\\(.*, 0\\)$/.test(ground) && ground !== "transparent") break;
+             }
+             const drawn = div.querySelectorAll(".gtitle, .xtick text, .ytick text, .legendtext");
+             return [ground, Array.from(drawn, t => getComputedStyle(t).fill)];
+           }"""
+    )
+    assert texts, "nothing drawn"
+    for fill in set(texts):
+        assert contrast(ground, fill) >= 4.5, (ground, fill)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page
 
+from tests.browser.colours import contrast, luminance
 from tests.conftest import log_in
 
 pytestmark = pytest.mark.browser
@@ -17,21 +16,6 @@ COLOURS = """selectors => selectors.map(selector => {
   const style = getComputedStyle(element);
   return [selector, style.backgroundColor, style.color];
 })"""
-
-
-def luminance(colour: str) -> float:
-    """The relative luminance (WCAG) of an ``rgb(...)`` / ``rgba(...)`` colour."""
-    red, green, blue = (int(part) / 255 for part in re.findall(r"\d+", colour)[:3])
-
-    def linear(channel: float) -> float:
-        return channel / 12.92 if channel <= 0.04045 else ((channel + 0.055) / 1.055) ** 2.4
-
-    return 0.2126 * linear(red) + 0.7152 * linear(green) + 0.0722 * linear(blue)
-
-
-def contrast(first: str, second: str) -> float:
-    light, dark = sorted((luminance(first), luminance(second)), reverse=True)
-    return (light + 0.05) / (dark + 0.05)
 
 
 @pytest.mark.parametrize("scheme", ["dark", "light"])

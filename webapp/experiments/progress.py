@@ -63,11 +63,14 @@ class Progress:
     @property
     def text(self) -> str:
         """e.g. "step 30/60 · 2m10s elapsed · ETA 2m"; "step 60/60 · ran 4m10s"; "queued"
-        ("queued · step 40/60" once resubmitted)."""
+        ("queued · step 40/60" once resubmitted); "starting · 12s elapsed" before the
+        first step is reported."""
         total = "?" if self.total_steps is None else str(self.total_steps)
         done = f"step {NO_VALUE if self.step is None else self.step}/{total}"
         if not self.started:  # a resubmitted run waits with the steps it has done
             return self.state if self.step is None else f"{self.state} · {done}"
+        if self.step is None and not self.finished:  # started, no step reported yet
+            return f"starting · {format_duration(self.elapsed_s)} elapsed"
         parts = [done]
         if self.finished:
             parts.append(f"ran {format_duration(self.elapsed_s)}")
