@@ -48,6 +48,7 @@ from trainer.remix.losses import RemixObjective, remix_policy_loss
 from trainer.rollout import HFRolloutEngine, RolloutBatch
 from trainer.tasks import Problem
 from trainer.tasks.rewards import RewardFn
+from trainer.thl import encode_text
 
 
 @dataclass
@@ -159,9 +160,10 @@ class Policy:
         ]
 
     def encode_response(self, text: str, *, with_eos: bool = True) -> list[int]:
-        """``text`` as this policy's response ids (THL's text path for whole texts)."""
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return [*ids, self.tokenizer.eos_token_id] if with_eos else ids
+        """``text`` as this policy's response ids, by THL's text path
+        (:func:`trainer.thl.encode_text`: a literal ``</s>`` stays text), with the EOS
+        appended when ``with_eos``."""
+        return encode_text(text, self.tokenizer, ended_with_eos=with_eos).target_ids
 
     def reincarnate(self) -> None:
         """ReMix's policy reincarnation: the reference (KL anchor) becomes the current policy."""

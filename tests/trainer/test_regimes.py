@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.trainer.tokenizer_kinds import zoo
 from trainer import metrics as m
 from trainer.config import REGIMES as CONFIG_REGIMES
 from trainer.config import PolicyConfig, RunConfig
@@ -17,7 +18,7 @@ from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy, Rollouts
 from trainer.regimes import REGIMES
 from trainer.regimes.prp import truncated_is_weights
-from trainer.regimes.sgt import SGT, SUCCESSES_TOPIC, rescue_set, shortest_successes
+from trainer.regimes.sgt import SGT, SUCCESSES_TOPIC, Success, rescue_set, shortest_successes
 from trainer.regimes.xgrpo import REWARDS_TOPIC, XGRPO, perturbed_advantages, pooled_advantages
 from trainer.rollout import RolloutBatch
 from trainer.tasks import Problem, get_reward
@@ -121,8 +122,10 @@ def test_sgt_publishes_the_shortest_distinct_successes_per_solved_prompt() -> No
         [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
         [["\\boxed{10}", "so \\boxed{10}", "no"], ["a", "b", "c"]],
     )
-    assert shortest_successes(rollouts, k=1) == {"p0": ["\\boxed{10}"]}
-    assert shortest_successes(rollouts, k=5) == {"p0": ["\\boxed{10}", "so \\boxed{10}"]}
+    assert shortest_successes(rollouts, k=1) == {"p0": [Success("\\boxed{10}", True)]}
+    assert shortest_successes(rollouts, k=5) == {
+        "p0": [Success("\\boxed{10}", True), Success("so \\boxed{10}", True)]
+    }
 
 
 def test_sgt_rescues_exactly_the_prompts_the_learner_failed_and_a_peer_solved() -> None:
@@ -130,12 +133,14 @@ def test_sgt_rescues_exactly_the_prompts_the_learner_failed_and_a_peer_solved() 
     # p2: learner solved once -> not rescued although a peer solved it.
     rollouts = _rollouts([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
     peer_successes = {
-        "b": {"p0": ["\\boxed{0} long"], "p2": ["\\boxed{2}"]},
-        "c": {"p0": ["\\boxed{0}"]},
+        "b": {"p0": [Success("\\boxed{0} long", True)], "p2": [Success("\\boxed{2}", True)]},
+        "c": {"p0": [Success("\\boxed{0}", False)]},
     }
     rescues, failed_all = rescue_set(rollouts, peer_successes, k=1)
     assert failed_all == 2
-    assert [(r.prompt_id, r.source, r.text) for r in rescues] == [("p0", "c", "\\boxed{0}")]
+    assert [(r.prompt_id, r.source, r.text, r.finished) for r in rescues] == [
+        ("p0", "c", "\\boxed{0}", False)
+    ]
 
     rescues, _ = rescue_set(rollouts, peer_successes, k=2)
     assert [(r.source, r.text) for r in rescues] == [("c", "\\boxed{0}"), ("b", "\\boxed{0} long")]
@@ -145,31 +150,32 @@ def test_sgt_logs_a_success_event_per_source_and_prompt_and_its_rates() -> None:
     regime = SGT(_config("sgt", sgt={"k_sgt": 2}), "a")
     rollouts = _rollouts([[0.0, 0.0], [0.0, 0.0]])
     peers = [
-        StepRecord("b", 1, ("p0", "p1"), topics={SUCCESSES_TOPIC: {"p0": ["\\boxed{0}"]}}),
+        StepRecord(
+            "b", 1, ("p0", "p1"), topics={SUCCESSES_TOPIC: {"p0": [Success("\\boxed{0}", True)]}}
+        ),
         StepRecord("c", 1, ("p0", "p1"), topics={SUCCESSES_TOPIC: {}}),
     ]
 
-    class FakeTokenizer:
-        def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
-            return [f"<{i}>" for i in ids]
-
-    class FakePolicy:  # what SGT needs of a policy: GRPO advantages and a text encoder
-        tokenizer = FakeTokenizer()
+    class FakePolicy:  # what SGT needs of a policy: GRPO advantages and a tokenizer
+        tokenizer = zoo("char")
 
         def advantages(self, r: Rollouts) -> torch.Tensor:
             return torch.zeros(len(r.batch))
 
-        def encode_response(self, text: str) -> list[int]:
-            return [len(text), 0]
-
     result = regime.learn(FakePolicy(), rollouts, peers, step=1)  # type: ignore[arg-type]
     fields = ("source", "target", "kind", "prompt_id", "count")
     assert [tuple(e[f] for f in fields) for e in result.events] == [("b", "a", "success", "p0", 1)]
+    tokens = [*"\\boxed{0}", "</s>"]
     assert result.events[0]["samples"] == [
-        {"text": "\\boxed{0}", "tokens": ["<9>", "<0>"], "truncated": False}
+        {"text": "\\boxed{0}", "tokens": tokens, "truncated": False}
     ]
-    assert result.metrics == {m.SGT_RESCUE_SET_SIZE: 1.0, m.SGT_RESCUE_RATE: 0.5}
-    assert result.batch.aux_response_ids == [[9, 0]]
+    assert result.metrics == {
+        m.SGT_RESCUE_SET_SIZE: 1.0,
+        m.SGT_RESCUE_RATE: 0.5,
+        m.THL_UNK_FRAC: 0.0,
+        m.THL_TEXT_MISMATCH_FRAC: 0.0,
+    }
+    assert result.batch.aux_response_ids == [zoo("char").convert_tokens_to_ids(tokens)]
     assert result.batch.aux_coef == 0.1
 
 

@@ -60,7 +60,7 @@ def test_the_published_successes_do_not_depend_on_the_hash_seed() -> None:
 def test_equally_short_successes_are_ordered_by_text() -> None:
     texts, rewards = [*TEXTS, "no", TEXTS[0]], [1.0] * 30 + [0.0, 1.0]  # a duplicate too
     published = shortest_successes(_rollouts(texts, rewards), k=3)
-    assert published["p0"] == ["\\boxed{11}", "\\boxed{12}", "\\boxed{13}"]
+    assert [s.text for s in published["p0"]] == ["\\boxed{11}", "\\boxed{12}", "\\boxed{13}"]
 
 
 def test_rescues_break_length_ties_by_source_rank_then_text() -> None:

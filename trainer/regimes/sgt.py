@@ -4,10 +4,14 @@ Rescue set of learner m at a step: the prompts where all of m's G rollouts faile
 least one peer rollout succeeded. For each, up to ``k_sgt`` verified peer successes
 (shortest text first, ties by the source's rank in the pool, then by text; never set
 or hash order, so seeded runs and exact resume hold across processes) are retokenized
-into m's tokenizer (text path: the response text re-encoded, plus m's EOS, after m's
-own chat-formatted prompt) and trained with an auxiliary token-mean NLL:
+into m's tokenizer by THL's text path (:func:`trainer.thl.encode_text`: a literal
+``</s>`` in the text stays text; m's EOS is appended only when the peer's response ended
+with its EOS, not when it was cut off at ``max_new_tokens``), after m's own
+chat-formatted prompt, and trained with an auxiliary token-mean NLL:
 ``L_m = L_GRPO + lambda_sgt * L_NLL(rescued)``. With an empty rescue set the batch is
-exactly GRPO's. Only success texts cross, and only for prompts a policy solved.
+exactly GRPO's. Only success texts (and whether each ended with EOS) cross, and only for
+prompts a policy solved. ``thl/unk_frac`` and ``thl/text_mismatch_frac`` report how
+lossy the rescues' retokenization was.
 """
 
 from __future__ import annotations
@@ -21,8 +25,18 @@ from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
 from trainer.spool import Sample, make_event, make_sample
+from trainer.thl import encode_text
 
 SUCCESSES_TOPIC = "successes"
+
+
+@dataclass(frozen=True)
+class Success:
+    """A verified success as it crosses: its text and whether it ended with EOS."""
+
+    text: str
+    finished: bool
+    """The response stopped with the source's EOS (not cut off at ``max_new_tokens``)."""
 
 
 @dataclass(frozen=True)
@@ -33,35 +47,42 @@ class Rescue:
     prompt_id: str
     source: str
     text: str
+    finished: bool
 
 
-def shortest_successes(rollouts: Rollouts, k: int) -> dict[str, list[str]]:
+def shortest_successes(rollouts: Rollouts, k: int) -> dict[str, list[Success]]:
     """Per solved prompt id, up to ``k`` distinct successful response texts, shortest
-    first, equally short ones by text (never set or hash order: SPEC 9)."""
-    published: dict[str, list[str]] = {}
+    first, equally short ones by text (never set or hash order: SPEC 9). A text that
+    occurs both finished and cut off counts as finished."""
+    published: dict[str, list[Success]] = {}
     texts = rollouts.batch.response_texts
+    finished = rollouts.batch.finished
     successes = rollouts.successes.tolist()
     for index, problem in enumerate(rollouts.problems):
-        solved = dict.fromkeys(texts[i] for i in rollouts.rows_of(index) if successes[i])
-        if solved:
-            published[problem.id] = sorted(solved, key=success_order)[:k]
+        ended: dict[str, bool] = {}
+        for i in rollouts.rows_of(index):
+            if successes[i]:
+                ended[texts[i]] = ended.get(texts[i], False) or finished[i]
+        if ended:
+            solved = sorted((Success(text, end) for text, end in ended.items()), key=success_order)
+            published[problem.id] = solved[:k]
     return published
 
 
-def success_order(text: str) -> tuple[int, str]:
+def success_order(success: Success) -> tuple[int, str]:
     """Sort key of one source's successes: length, then the text itself."""
-    return len(text), text
+    return len(success.text), success.text
 
 
 def rescue_set(
     rollouts: Rollouts,
-    peer_successes: Mapping[str, Mapping[str, list[str]]],
+    peer_successes: Mapping[str, Mapping[str, list[Success]]],
     k: int,
     ranks: Mapping[str, int] | None = None,
 ) -> tuple[list[Rescue], int]:
     """The chosen rescues and the number of prompts where the learner failed all G.
 
-    ``peer_successes`` maps source policy -> prompt id -> success texts; ``ranks`` maps
+    ``peer_successes`` maps source policy -> prompt id -> successes; ``ranks`` maps
     each source to its rank in the pool (default: the order of ``peer_successes``, the
     exchange's rank order). Per prompt the ``k`` shortest win, equally short ones by
     source rank, then text (SPEC 9).
@@ -75,11 +96,14 @@ def rescue_set(
             continue
         failed_all += 1
         candidates = sorted(
-            (len(text), rank_of[source], text, source)
+            (len(success.text), rank_of[source], success.text, source, success.finished)
             for source, by_prompt in peer_successes.items()
-            for text in by_prompt.get(problem.id, [])
+            for success in by_prompt.get(problem.id, [])
         )
-        rescues += [Rescue(index, problem.id, source, text) for *_, text, source in candidates[:k]]
+        rescues += [
+            Rescue(index, problem.id, source, text, finished)
+            for _, _, text, source, finished in candidates[:k]
+        ]
     return rescues, failed_all
 
 
@@ -97,7 +121,10 @@ class SGT(Regime):
         ranks = {member.name: rank for rank, member in enumerate(self.config.pool)}
         rescues, failed_all = rescue_set(rollouts, peer_successes, self.config.sgt.k_sgt, ranks)
         batch = LearnerBatch.on_policy(rollouts, policy.advantages(rollouts))
-        response_ids = [policy.encode_response(r.text) for r in rescues]
+        encoded = [
+            encode_text(r.text, policy.tokenizer, ended_with_eos=r.finished) for r in rescues
+        ]
+        response_ids = [e.target_ids for e in encoded]
         if rescues:
             group = rollouts.group_size
             batch.aux_prompt_ids = [
@@ -116,11 +143,16 @@ class SGT(Regime):
             for (source, prompt_id), texts in shipped.items()
         ]
         rescued_prompts = len({r.prompt_id for r in rescues})
-        return RegimeStep(
-            batch,
-            events,
-            {
-                m.SGT_RESCUE_SET_SIZE: float(rescued_prompts),
-                m.SGT_RESCUE_RATE: rescued_prompts / failed_all if failed_all else 0.0,
-            },
-        )
+        metrics = {
+            m.SGT_RESCUE_SET_SIZE: float(rescued_prompts),
+            m.SGT_RESCUE_RATE: rescued_prompts / failed_all if failed_all else 0.0,
+        }
+        if encoded:
+            metrics[m.THL_UNK_FRAC] = _mean([e.unk_frac for e in encoded])
+            metrics[m.THL_TEXT_MISMATCH_FRAC] = _mean([e.text_mismatch_frac for e in encoded])
+        return RegimeStep(batch, events, metrics)
+
+
+def _mean(values: list[float]) -> float:
+    """The mean of a non-empty list."""
+    return sum(values) / len(values)
