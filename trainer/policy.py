@@ -84,6 +84,11 @@ class LearnerBatch:
     current policy ``pi_k`` (own fresh rollouts; PRP's peer rollouts, whose
     off-policyness ``token_weights`` correct) and, for a replayed sample, the per-token
     log-probs of the past version that sampled it. An empty list: nothing replayed.
+
+    ``old_logp[i]``, where the regime has already scored sample i with the policy as it
+    is before the update (PRP: the learner's side of the importance weights on peer
+    rollouts), is that per-token ``log pi_old``; the update then takes it instead of
+    scoring the sample again. None (or an empty list): the update computes it.
     """
 
     prompt_ids: list[list[int]]
@@ -94,6 +99,7 @@ class LearnerBatch:
     aux_response_ids: list[list[int]] = field(default_factory=list)
     aux_coef: float = 0.0
     behaviour_logp: list[list[float] | None] = field(default_factory=list)
+    old_logp: list[list[float] | None] = field(default_factory=list)
 
     @property
     def replayed(self) -> list[bool]:
@@ -276,11 +282,12 @@ class Policy:
         passes = self.grpo.epochs if objective is None else objective.updates_per_batch
         # One pass of one mini-batch: the policy that sampled is the one being updated, so
         # the ratio's denominator is the update's own log-probs, detached (``None`` here);
-        # a separate forward for them would compute the same numbers again.
+        # a separate forward for them would compute the same numbers again. Otherwise one
+        # forward scores the rows whose old log-probs the batch does not carry.
         old_logp = (
             None
             if objective is None and passes == 1 and len(bounds) == 1
-            else self._log_probs(self.model, input_ids, attention_mask)
+            else self._old_logp(batch, input_ids, attention_mask, response_mask)
         )
         ref_logp = (
             self._log_probs(self.reference, input_ids, attention_mask)
@@ -345,6 +352,23 @@ class Policy:
                 m.REMIX_LAMBDA: objective.kl_lambda,
             }
         return result, old_logp, response_mask
+
+    def _old_logp(
+        self,
+        batch: LearnerBatch,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """``[N, L-1]`` ``log pi_old``: the batch's :attr:`LearnerBatch.old_logp` where it
+        has them, one forward (:meth:`_log_probs`) over the other rows only."""
+        given = list(batch.old_logp) or [None] * len(batch)
+        missing = [row for row, values in enumerate(given) if values is None]
+        old_logp = torch.zeros((input_ids.shape[0], input_ids.shape[1] - 1), dtype=torch.float32)
+        if missing:
+            rows = torch.tensor(missing, dtype=torch.long)
+            old_logp[rows] = self._log_probs(self.model, input_ids[rows], attention_mask[rows])
+        return _scatter_per_token(old_logp, given, response_mask, "old log-probs")
 
     @staticmethod
     def _behaviour_logp(

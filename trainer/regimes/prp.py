@@ -139,6 +139,7 @@ class PRP(Regime):
             response_ids=response_ids,
             advantages=advantages,
             token_weights=[None] * len(own) + list(weights),
+            old_logp=[None] * len(own) + learner_logp,  # scored once, reused by the update
         )
         return RegimeStep(
             batch,
