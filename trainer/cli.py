@@ -3,6 +3,7 @@
     python -m trainer run --config CONFIG.json --run-dir DIR [--steps N] [--resume]
                           [--ingest-url URL --token TOKEN]
     python -m trainer zoo build [--zoo-dir DIR] [--seed S] [--force]
+                                [--recipe default|complementary|all]
     python -m trainer validate --config CONFIG.json
     python -m trainer ship --run-dir DIR --ingest-url URL [--token TOKEN]
 
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from trainer.config import ConfigError, RunConfig
+from trainer.zoo import ZOO_RECIPES
 
 EXIT_UNSHIPPED = 3
 
@@ -53,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--zoo-dir", type=Path, help="default: $MRL_ZOO_DIR or ~/.cache/...")
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--force", action="store_true", help="rebuild even if present")
+    build.add_argument(
+        "--recipe",
+        choices=(*ZOO_RECIPES, "all"),
+        default="default",
+        help="which policies: the normal zoo (default), the complementary-skills pool "
+        "(one skill each of addition, subtraction, multiplication), or all",
+    )
 
     validate = commands.add_parser("validate", help="check a config and print it normalised")
     validate.add_argument("--config", type=Path, required=True)
@@ -144,11 +153,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _zoo_build(args: argparse.Namespace) -> int:
-    from trainer.zoo import build_zoo, default_zoo_dir
+    from trainer.zoo import ALL_ZOO_IDS, build_zoo, default_zoo_dir
 
     zoo_dir = args.zoo_dir or default_zoo_dir()
     started = time.perf_counter()
-    built = build_zoo(zoo_dir, seed=args.seed, force=args.force)
+    ids = ALL_ZOO_IDS if args.recipe == "all" else ZOO_RECIPES[args.recipe]
+    built = build_zoo(zoo_dir, seed=args.seed, ids=ids, force=args.force)
     for zoo_id, path in built.items():
         print(f"{zoo_id}: {path}")
     print(f"zoo ready in {time.perf_counter() - started:.1f}s")

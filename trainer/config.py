@@ -364,9 +364,9 @@ class RunConfig:
         check(task.kind in TASK_KINDS, "task.kind", f"use one of {TASK_KINDS}")
         if task.kind == "arithmetic":
             check(
-                bool(task.levels) and all(1 <= level <= 5 for level in task.levels),
+                bool(task.levels) and all(1 <= level <= 6 for level in task.levels),
                 "task.levels",
-                "levels must be a non-empty list of integers from 1 to 5",
+                "levels must be a non-empty list of integers from 1 to 6",
             )
         elif task.kind in TASK_KINDS:
             check(bool(task.train_path), "task.train_path", f"a {task.kind} task needs train_path")

@@ -190,9 +190,18 @@ CATALOGUE: tuple[MetricInfo, ...] = (
 
 BY_KEY: Mapping[str, MetricInfo] = MappingProxyType({info.key: info for info in CATALOGUE})
 
-FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = ()
+FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = (
+    # Per-skill validation (trainer/policy.py), when the validation set spans several
+    # skills: val/reward@1/addition, val/reward@1/multiplication, ...
+    (
+        re.compile(r"val/reward@1/(?P<skill>[a-z0-9_]+)"),
+        "Validation reward@1 · {skill}",
+        "",
+        REWARDS,
+    ),
+)
 """Keys with a variable part, as ``(pattern, label template, unit, group)``; the label
-template is formatted with the pattern's named groups. The trainer logs none today."""
+template is formatted with the pattern's named groups."""
 
 _PREFIX_GROUPS = {"prp": SHARING, "xgrpo": SHARING, "sgt": SHARING, "thl": SHARING}
 _PREFIX_GROUPS |= {"remix": REMIX, "perf": THROUGHPUT, "response": RESPONSE}

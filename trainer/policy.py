@@ -231,9 +231,28 @@ class Policy:
         logp = self._log_probs(self.model, input_ids, attention_mask)
         return [logp[row][response_mask[row].bool()].tolist() for row in range(len(response_ids))]
 
-    @torch.no_grad()
     def validate(self, problems: list[Problem], batch_size: int = 64) -> float:
         """``val/reward@1``: mean reward of one greedy sample per held-out problem."""
+        rewards = self.validation_rewards(problems, batch_size)
+        return sum(rewards) / len(rewards)
+
+    def validation_metrics(self, problems: list[Problem], batch_size: int = 64) -> dict[str, float]:
+        """``val/reward@1``, and ``val/reward@1/<skill>`` per skill when the problems
+        exercise several (:attr:`Problem.skill`; one greedy sample each)."""
+        rewards = self.validation_rewards(problems, batch_size)
+        metrics = {m.VAL_REWARD_AT_1: sum(rewards) / len(rewards)}
+        by_skill: dict[str, list[float]] = {}
+        for problem, reward in zip(problems, rewards, strict=True):
+            if problem.skill:
+                by_skill.setdefault(problem.skill, []).append(reward)
+        if len(by_skill) > 1:
+            for skill, values in sorted(by_skill.items()):
+                metrics[f"val/reward@1/{skill}"] = sum(values) / len(values)
+        return metrics
+
+    @torch.no_grad()
+    def validation_rewards(self, problems: list[Problem], batch_size: int = 64) -> list[float]:
+        """The reward of one greedy sample per held-out problem, in order."""
         rewards: list[float] = []
         for start in range(0, len(problems), batch_size):
             chunk = problems[start : start + batch_size]
@@ -242,7 +261,7 @@ class Policy:
                 texts, n=1, max_new_tokens=self.config.max_new_tokens, temperature=1.0, greedy=True
             )
             rewards += self.reward_fn(texts, out.response_texts, [p.answer for p in chunk])
-        return sum(rewards) / len(rewards)
+        return rewards
 
     # --- the update ---------------------------------------------------------------------
     def train_step(self, batch: LearnerBatch) -> dict[str, float]:

@@ -268,9 +268,7 @@ def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
     validation = task.validation()
     try:
         if start_step == 1:
-            record = StepRecord(
-                policy.name, 0, (), {m.VAL_REWARD_AT_1: policy.validate(validation)}
-            )
+            record = StepRecord(policy.name, 0, (), policy.validation_metrics(validation))
             _write_records(spool, exchange.exchange(record))
         for step in range(start_step, options.steps + 1):
             record = _step(
@@ -363,7 +361,7 @@ def _step(
         m.TOKENS_PER_S: response_tokens / max(finished - started, 1e-9),
     }
     if step % config.val_every == 0 or step == total_steps:
-        metrics[m.VAL_REWARD_AT_1] = policy.validate(validation)
+        metrics |= policy.validation_metrics(validation)
     return StepRecord(policy.name, step, prompt_ids, metrics, events=learned.events)
 
 

@@ -9,6 +9,12 @@ sharing matter):
 3. two-digit addition            ``47+38``
 4. two-digit subtraction         ``83-38`` (never negative)
 5. three terms                   ``47+38-19``
+6. two-digit times one-digit     ``47*3`` (one-digit factor 2 to 9)
+
+Each level exercises one *skill* (:data:`SKILLS`): addition (levels 1-3), subtraction
+(4), mixed (5) and multiplication (6). Validation reports ``val/reward@1`` per skill as
+well when the validation set spans several (the complementary zoo warm-starts each
+policy on one skill only, so a policy's foreign skills start near 0).
 
 The prompt is ``"Compute 47+38."``; the expected completion is ``"\\boxed{85}"``.
 """
@@ -20,7 +26,24 @@ from dataclasses import dataclass, field
 
 from trainer.tasks.base import Problem
 
-LEVELS = (1, 2, 3, 4, 5)
+LEVELS = (1, 2, 3, 4, 5, 6)
+ADDITIVE_LEVELS = (1, 2, 3, 4, 5)
+"""The levels before multiplication was added: the normal zoo's tokenizer corpus and SFT
+held-out sets are drawn from these, so adding level 6 changed no built policy."""
+SKILLS: dict[int, str] = {
+    1: "addition",
+    2: "addition",
+    3: "addition",
+    4: "subtraction",
+    5: "mixed",
+    6: "multiplication",
+}
+"""The skill each level exercises (a key suffix of ``val/reward@1/<skill>``)."""
+
+
+def skill_of(level: int) -> str:
+    """The skill of arithmetic level ``level`` (:data:`SKILLS`)."""
+    return SKILLS[level]
 
 
 def make_expression(rng: random.Random, level: int) -> tuple[str, int]:
@@ -41,6 +64,9 @@ def make_expression(rng: random.Random, level: int) -> tuple[str, int]:
     if level == 5:
         a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(1, 9)
         return f"{a}+{b}-{c}", a + b - c
+    if level == 6:
+        a, b = rng.randint(10, 99), rng.randint(2, 9)
+        return f"{a}*{b}", a * b
     raise ValueError(f"unknown arithmetic level {level}; use one of {LEVELS}")
 
 
@@ -90,6 +116,7 @@ class ArithmeticTask:
                     prompt=prompt_for(expression),
                     answer=str(value),
                     difficulty=level,
+                    skill=skill_of(level),
                 )
         self._val = list(seen.values())
         self._val_expressions = frozenset(seen)
@@ -111,6 +138,7 @@ class ArithmeticTask:
                     prompt=prompt_for(expression),
                     answer=str(value),
                     difficulty=level,
+                    skill=skill_of(level),
                 )
             )
         return problems

@@ -11,13 +11,16 @@ class Problem:
     """One prompt with its reference answer.
 
     ``prompt`` is the user message (the chat template is applied later, per policy);
-    ``answer`` is what the reward compares against (e.g. ``"46"`` or ``"B"``).
+    ``answer`` is what the reward compares against (e.g. ``"46"`` or ``"B"``);
+    ``skill`` names what it exercises (``"addition"``; empty when the task has no skills):
+    validation reports ``val/reward@1/<skill>`` per skill when there are several.
     """
 
     id: str
     prompt: str
     answer: str
     difficulty: int = 0
+    skill: str = ""
 
 
 class Task(Protocol):

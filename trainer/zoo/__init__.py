@@ -15,6 +15,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ZOO_IDS: tuple[str, ...] = ("tiny-llama-char", "tiny-qwen-bpe", "tiny-gpt2-unigram")
+"""The normal zoo: three policies warm-started on the same arithmetic (levels 1-3)."""
+COMPLEMENTARY_IDS: tuple[str, ...] = (
+    "tiny-llama-char-add",
+    "tiny-qwen-bpe-sub",
+    "tiny-gpt2-unigram-mul",
+)
+"""The complementary-skills pool: the same three families, each warm-started on one skill
+of the mixed task (levels 3, 4, 6): addition, subtraction, multiplication."""
+ZOO_RECIPES: dict[str, tuple[str, ...]] = {"default": ZOO_IDS, "complementary": COMPLEMENTARY_IDS}
+"""The sets ``python -m trainer zoo build --recipe NAME`` builds."""
+ALL_ZOO_IDS: tuple[str, ...] = ZOO_IDS + COMPLEMENTARY_IDS
 ZOO_PREFIX = "zoo:"
 
 
@@ -34,7 +45,8 @@ def build_zoo(
     force: bool = False,
     log: Callable[[str], None] = print,
 ) -> dict[str, Path]:
-    """Build the zoo policies ``ids`` (default: all) into ``zoo_dir/<id>``; return id -> dir.
+    """Build the zoo policies ``ids`` (default: the normal zoo, :data:`ZOO_IDS`) into
+    ``zoo_dir/<id>``; return id -> dir.
 
     A policy already built from the same seed, recipe and build version is reused unless
     ``force``. Builds are atomic: an interrupted build leaves no directory named ``<id>``.
@@ -75,7 +87,9 @@ def resolve_model_source(source: str, zoo_dir: Path | None = None) -> Path:
 
 
 def _check_id(zoo_id: str) -> None:
-    if zoo_id not in ZOO_IDS:
+    if zoo_id not in ALL_ZOO_IDS:
         from trainer.models import ModelSourceError
 
-        raise ModelSourceError(f"unknown zoo model {zoo_id!r}; the zoo has {', '.join(ZOO_IDS)}")
+        raise ModelSourceError(
+            f"unknown zoo model {zoo_id!r}; the zoo has {', '.join(ALL_ZOO_IDS)}"
+        )

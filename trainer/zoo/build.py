@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from trainer.tasks.arithmetic import ArithmeticTask
+from trainer.tasks.arithmetic import ArithmeticTask, skill_of
 from trainer.zoo.models import ModelSize, build_model, count_parameters
 from trainer.zoo.sft import SFTConfig, greedy_accuracy, train_sft
 from trainer.zoo.tokenizers import (
@@ -51,6 +51,9 @@ SFT_MAX_EXTRA_STEPS = 1000
 
 MANIFEST = "zoo.json"
 VALIDATION_LEVELS = (1, 2, 3)
+COMPLEMENTARY_LEVELS = (3, 4, 6)
+"""The mixed task of the complementary pool: two-digit addition, two-digit subtraction,
+two-digit times one-digit (``examples/complementary.json``'s ``task.levels``)."""
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,41 @@ class Recipe:
     chat: ChatStyle
     size: ModelSize
     sft: SFTConfig
+    validation_levels: tuple[int, ...] = VALIDATION_LEVELS
+    """The task whose validation set the manifest's accuracies are measured on."""
+    accuracy_floor: float = SFT_ACCURACY_FLOOR
+    """The greedy accuracy, on the validation problems of the levels SFT trains on, below
+    which SFT goes on (see :data:`SFT_ACCURACY_FLOOR`)."""
+
+    @property
+    def trained_levels(self) -> tuple[int, ...]:
+        """The arithmetic levels the SFT demonstrations are drawn from."""
+        return tuple(level for level, _ in self.sft.level_weights)
 
     def fingerprint(self) -> str:
-        """A short hash of the recipe: a changed recipe never reuses an old build."""
-        text = json.dumps(asdict(self), sort_keys=True, default=str)
+        """A short hash of the recipe: a changed recipe never reuses an old build.
+
+        Fields added after the normal zoo was built count only where a recipe sets them,
+        so those builds stay current.
+        """
+        data = asdict(self)
+        for name, default in _LATER_FIELDS.items():
+            if data[name] == default:
+                del data[name]
+        for name, default in _LATER_SFT_FIELDS.items():
+            if data["sft"][name] == default:
+                del data["sft"][name]
+        text = json.dumps(data, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+_LATER_FIELDS: dict[str, Any] = {
+    "validation_levels": VALIDATION_LEVELS,
+    "accuracy_floor": SFT_ACCURACY_FLOOR,
+}
+_LATER_SFT_FIELDS: dict[str, Any] = {
+    "held_out_levels": SFTConfig.__dataclass_fields__["held_out_levels"].default,
+}
 
 
 RECIPES: dict[str, Recipe] = {
@@ -124,6 +157,33 @@ RECIPES: dict[str, Recipe] = {
     )
 }
 
+COMPLEMENTARY_RECIPES: dict[str, Recipe] = {
+    recipe.id: recipe
+    for recipe in (
+        # One skill each, with the normal zoo's families, tokenizers and sizes: on the mixed
+        # task of COMPLEMENTARY_LEVELS each policy solves its own skill and (nearly) none
+        # of the two others', so only a peer can show it the foreign answers.
+        replace(
+            RECIPES[base],
+            id=f"{base}-{suffix}",
+            sft=SFTConfig(
+                steps=steps,
+                level_weights=((level, 1.0),),
+                held_out_levels=(*SFTConfig.held_out_levels, COMPLEMENTARY_LEVELS),
+            ),
+            validation_levels=COMPLEMENTARY_LEVELS,
+            accuracy_floor=0.4,
+        )
+        for base, suffix, level, steps in (
+            ("tiny-llama-char", "add", 3, 700),
+            ("tiny-qwen-bpe", "sub", 4, 1200),
+            ("tiny-gpt2-unigram", "mul", 6, 1200),
+        )
+    )
+}
+"""The complementary-skills pool (``trainer zoo build --recipe complementary``)."""
+RECIPES |= COMPLEMENTARY_RECIPES
+
 
 @dataclass
 class Policy:
@@ -154,9 +214,11 @@ def make_policy(zoo_id: str, seed: int = 0, sft_steps: int | None = None) -> Pol
     """Build zoo policy ``zoo_id`` in memory (``sft_steps`` overrides the recipe's).
 
     Runs single-threaded: the result is then bit-identical from run to run on one kind of
-    CPU, and matrices this small gain nothing from more threads. A policy below
-    :data:`SFT_ACCURACY_FLOOR` after the recipe's steps trains on (unless ``sft_steps``
-    is given).
+    CPU, and matrices this small gain nothing from more threads. A policy below its
+    recipe's ``accuracy_floor`` (:data:`SFT_ACCURACY_FLOOR` by default) on the validation
+    problems of the levels it trains on, after the recipe's steps, trains on (unless
+    ``sft_steps`` is given). The manifest records the accuracy on the recipe's whole
+    validation set, and per skill.
     """
     recipe = RECIPES[zoo_id]
     if sft_steps is not None:
@@ -165,10 +227,11 @@ def make_policy(zoo_id: str, seed: int = 0, sft_steps: int | None = None) -> Pol
     with _single_thread():
         tokenizer = make_tokenizer(recipe, seed)
         model = build_model(recipe.family, tokenizer, recipe.size, seed)
-        validation = ArithmeticTask(seed=seed, levels=VALIDATION_LEVELS).validation()
+        validation = ArithmeticTask(seed=seed, levels=recipe.validation_levels).validation()
+        trained = [p for p in validation if p.difficulty in recipe.trained_levels] or validation
 
         def partial_accuracy_reached() -> bool:
-            return greedy_accuracy(model, tokenizer, validation)[0] >= SFT_ACCURACY_FLOOR
+            return greedy_accuracy(model, tokenizer, trained)[0] >= recipe.accuracy_floor
 
         losses = train_sft(
             model, tokenizer, recipe.sft, seed,
@@ -176,6 +239,9 @@ def make_policy(zoo_id: str, seed: int = 0, sft_steps: int | None = None) -> Pol
             max_extra_steps=SFT_MAX_EXTRA_STEPS,
         )  # fmt: skip
         accuracy, correct = greedy_accuracy(model, tokenizer, validation)
+    by_skill: dict[str, list[bool]] = {}
+    for problem, ok in zip(validation, correct, strict=True):
+        by_skill.setdefault(skill_of(problem.difficulty), []).append(ok)
     manifest = {
         "id": recipe.id,
         "family": recipe.family,
@@ -186,6 +252,10 @@ def make_policy(zoo_id: str, seed: int = 0, sft_steps: int | None = None) -> Pol
         "sft_steps": len(losses),
         "sft_val_accuracy": accuracy,
         "sft_val_correct": correct,
+        "sft_val_levels": list(recipe.validation_levels),
+        "sft_val_accuracy_by_skill": {
+            skill: sum(oks) / len(oks) for skill, oks in sorted(by_skill.items())
+        },
         "build_version": BUILD_VERSION,
         "recipe": recipe.fingerprint(),
         "chat_template": recipe.chat.template,

@@ -25,7 +25,13 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.chat import format_prompt
-from trainer.tasks.arithmetic import LEVELS, ArithmeticTask, boxed, make_expression, prompt_for
+from trainer.tasks.arithmetic import (
+    ADDITIVE_LEVELS,
+    ArithmeticTask,
+    boxed,
+    make_expression,
+    prompt_for,
+)
 from trainer.tasks.base import Problem
 
 IGNORE_INDEX = -100
@@ -39,7 +45,8 @@ class SFTConfig:
     ``level_weights`` gives the share of each arithmetic level in the SFT data, and
     ``carry_slip`` the share of carrying additions of ``slip_levels`` demonstrated with
     the carry dropped; policies trained on different mixtures and slips fail on different
-    prompts.
+    prompts. ``held_out_levels`` lists the level sets whose validation problems (of the
+    build seed) SFT never trains on: a recipe for another task adds that task's levels.
     """
 
     steps: int
@@ -51,6 +58,7 @@ class SFTConfig:
     adam_beta2: float = 0.98
     warmup_steps: int = 20
     pool_size: int = 4096
+    held_out_levels: tuple[tuple[int, ...], ...] = ((1, 2, 3), ADDITIVE_LEVELS)
 
 
 @dataclass(frozen=True)
@@ -65,11 +73,14 @@ class Example:
         return len(self.ids) - self.prompt_length
 
 
-def held_out_expressions(seed: int) -> frozenset[str]:
-    """Validation expressions of the arithmetic tasks of ``seed``; SFT never trains on them."""
+def held_out_expressions(
+    seed: int, level_sets: Sequence[Sequence[int]] = ((1, 2, 3), ADDITIVE_LEVELS)
+) -> frozenset[str]:
+    """Validation prompts of the arithmetic tasks of ``seed`` over each of ``level_sets``;
+    SFT never trains on them."""
     expressions: set[str] = set()
-    for levels in ((1, 2, 3), LEVELS):
-        for problem in ArithmeticTask(seed=seed, levels=levels).validation():
+    for levels in level_sets:
+        for problem in ArithmeticTask(seed=seed, levels=tuple(levels)).validation():
             expressions.add(problem.prompt)
     return frozenset(expressions)
 
@@ -190,7 +201,8 @@ def train_sft(
     differently, and 700 steps later land elsewhere: ``done`` is how a build reaches the
     same kind of result everywhere).
     """
-    examples = encode_examples(tokenizer, sft_problems(config, seed, held_out_expressions(seed)))
+    held_out = held_out_expressions(seed, config.held_out_levels)
+    examples = encode_examples(tokenizer, sft_problems(config, seed, held_out))
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.lr, betas=(0.9, config.adam_beta2), weight_decay=0.0
     )

@@ -25,7 +25,7 @@ from typing import Any
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from trainer.tasks.arithmetic import LEVELS, boxed, make_expression, prompt_for
+from trainer.tasks.arithmetic import ADDITIVE_LEVELS, boxed, make_expression, prompt_for
 
 BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
@@ -138,12 +138,16 @@ NON_ASCII_LINES = (
 def build_corpus(seed: int, problems_per_level: int = 120) -> list[str]:
     """The deterministic training text of every zoo tokenizer.
 
-    Arithmetic problems of every level (prompt, each chat style's rendering, and the boxed
-    completion), plus English and non-ASCII lines so that merges look like real text.
+    Arithmetic problems of every additive level (prompt, each chat style's rendering, and
+    the boxed completion), plus English and non-ASCII lines so that merges look like real
+    text.
+    Multiplication (level 6, ``47*3``) is not in it, so the normal zoo's tokenizers stayed
+    as they were when it was added; every kind still encodes ``*`` (char level holds all
+    printable ASCII, byte-level BPE and byte fallback every byte).
     """
     rng = random.Random(f"zoo-corpus-{seed}")
     lines: list[str] = []
-    for level in LEVELS:
+    for level in ADDITIVE_LEVELS:
         for _ in range(problems_per_level):
             expression, value = make_expression(rng, level)
             style = rng.choice(tuple(CHAT_STYLES.values()))
