@@ -23,7 +23,21 @@
 
   const keyToGroup = new Map();
   for (const group of config.groups) for (const key of group.keys) keyToGroup.set(key, group);
-  const metric = (key) => (config.metrics && config.metrics[key]) || {};
+  const groupBySlug = new Map(config.groups.map((group) => [group.slug, group]));
+  // Keys with a variable part (val/reward@1/<skill>): the catalogue's patterns, as
+  // {pattern, label ("Validation reward@1 · {skill}"), unit, group}.
+  const families = (config.metricFamilies || []).map((family) => ({ ...family, regex: new RegExp(family.pattern) }));
+  function familyMetric(key) {
+    for (const family of families) {
+      const found = family.regex.exec(key);
+      if (found) {
+        const label = family.label.replace(/\{(\w+)\}/g, (_, name) => (found.groups && found.groups[name]) || "");
+        return { label, unit: family.unit, group: family.group };
+      }
+    }
+    return null;
+  }
+  const metric = (key) => (config.metrics && config.metrics[key]) || familyMetric(key) || {};
   const metricLabel = (key) => metric(key).label || key;
   const policyLabel = (policy) => (policy === POOL ? "pool mean" : policy);
   // Plotly reads a few HTML tags in titles and trace names: server strings go in as text.
@@ -118,7 +132,7 @@
   function chartFor(key) {
     let chart = charts.get(key);
     if (!chart) {
-      const group = keyToGroup.get(key) || { slug: "other", title: "Other", keys: [] };
+      const group = keyToGroup.get(key) || groupBySlug.get(metric(key).group) || { slug: "other", title: "Other", keys: [] };
       const cell = el("div", { class: "chart-cell", "data-key": key });
       const div = el("div", { class: "chart", "data-testid": "chart-" + key, "data-key": key, "data-points": "0" });
       const tools = el("div", { class: "chart-tools" });
@@ -129,8 +143,9 @@
       tools.append(el("code", { class: "muted" }, key), link);
       cell.append(div, tools);
       const grid = groupSection(group);
-      const position = group.keys.indexOf(key);
-      const after = Array.from(grid.children).find((child) => group.keys.indexOf(child.dataset.key) > position);
+      // The group's listed keys in their order, then the others (a family's) as they come.
+      const rank = (name) => (group.keys.includes(name) ? group.keys.indexOf(name) : group.keys.length);
+      const after = Array.from(grid.children).find((child) => rank(child.dataset.key) > rank(key));
       grid.insertBefore(cell, after || null);
       chart = { cell, div, traces: new Map(), revision: 0, drawn: null, visible: null, hiddenSinceDrawn: false };
       charts.set(key, chart);

@@ -322,3 +322,21 @@ def test_in_the_dark_theme_the_charts_text_reads_on_its_ground(run_page: tuple[P
     assert texts, "nothing drawn"
     for fill in set(texts):
         assert contrast(ground, fill) >= 4.5, (ground, fill)
+
+
+def test_a_per_skill_key_is_named_and_grouped_by_the_catalogue_family(
+    run_page: tuple[Page, Run],
+) -> None:
+    """``val/reward@1/<skill>`` is no catalogue entry but a family of one: its chart is
+    titled "Validation reward@1 · addition" and sits with the rewards, not in Other."""
+    page, run = run_page
+    key = "val/reward@1/addition"
+    series = MetricSeries.objects.create(run=run, policy=POLICIES[0], key=key)
+    MetricPoint.objects.bulk_create(
+        MetricPoint(series=series, step=step, value=0.1 * step, wall_time=1.7e9 + step)
+        for step in (0, 10, 20)
+    )
+    page.reload()
+    drawn = page.locator(f'#group-rewards [data-testid="chart-{key}"]')
+    expect(drawn.locator(".gtitle")).to_have_text("Validation reward@1 · addition")
+    expect(page.locator("#group-other")).to_have_count(0)

@@ -51,3 +51,19 @@ def metrics_as_json() -> dict[str, dict[str, str]]:
     ``{key: {"label": ..., "unit": ..., "group": slug}}``. A key missing here is shown
     by its name, under "Other"."""
     return {info.key: metric_json(info.key) for info in m.CATALOGUE}
+
+
+def families_as_json() -> list[dict[str, str]]:
+    """The catalogue's key families for the page's JavaScript: ``[{"pattern", "label",
+    "unit", "group"}]``; ``pattern`` is a JavaScript regular expression matching the whole
+    key (named groups written ``(?<name>...)``), ``label`` a template of those names
+    ("Validation reward@1 · {skill}")."""
+    return [
+        {
+            "pattern": "^(?:" + pattern.pattern.replace("(?P<", "(?<") + ")$",
+            "label": label,
+            "unit": unit,
+            "group": group.slug,
+        }
+        for pattern, label, unit, group in m.FAMILIES
+    ]

@@ -24,7 +24,7 @@ from trainer.metrics import POOL
 from webapp.core.selectors import worker_status
 from webapp.experiments import services
 from webapp.experiments.filters import experiment_filter_form, run_filter_form
-from webapp.experiments.metric_groups import groups_as_json, metrics_as_json
+from webapp.experiments.metric_groups import families_as_json, groups_as_json, metrics_as_json
 from webapp.experiments.models import Experiment, Run
 from webapp.experiments.permissions import can_edit, get_editable, get_viewable
 from webapp.experiments.selectors import (
@@ -132,6 +132,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "policies": [*run.policy_names, POOL],
         "groups": groups_as_json(),
         "metrics": metrics_as_json(),
+        "metricFamilies": families_as_json(),
         "urls": {
             "status": reverse("api:status", args=[run.pk]),
             "keys": reverse("api:keys", args=[run.pk]),
