@@ -38,6 +38,7 @@ from webapp.experiments.models import (
     Run,
     SavedComparison,
     Sweep,
+    TransferEvent,
 )
 
 pytestmark = pytest.mark.django_db
@@ -154,17 +155,21 @@ def objects(alice: User, make_experiment: Callable[..., Experiment]) -> dict[str
     saved = SavedComparison.objects.create(
         lab=experiment.lab, owner=alice, name="c", slug="s1", query=f"runs={run.pk}"
     )
+    event = TransferEvent.objects.create(
+        run=run, step=1, source="a", target="b", kind=TransferEvent.Kind.SUCCESS
+    )
     return {
         "experiments": experiment,
         "runs": run,
         "models": entry,
         "sweeps": sweep,
         "saved": saved,
+        "events": event,
     }
 
 
 OBJECT_OF_SEGMENT = {"experiments": "experiments", "runs": "runs", "models": "models"}
-OBJECT_OF_SEGMENT |= {"sweeps": "sweeps", "saved": "saved"}
+OBJECT_OF_SEGMENT |= {"sweeps": "sweeps", "saved": "saved", "events": "events"}
 
 
 def concrete(route: str, objects: dict[str, Any]) -> tuple[str, str | None]:
