@@ -19,7 +19,9 @@ correction (``prp.is_correction``), XGRPO and SGT. Per policy and skill it print
 ``val/reward@1/<skill>`` (mean +- std over seeds) and, for each sharing regime, the mean
 difference to standalone with a 95% paired bootstrap confidence interval (the seed fixes
 the validation set and the train stream, so regime and standalone runs of one seed pair
-up); then each PRP variant's mean ``prp/is_weight_mean``.
+up); then each PRP variant's mean ``prp/is_weight_mean``, overall and per skill of the
+prompt (``prp/is_weight_mean/<skill>``: a peer's answer the learner finds unlikely, as on
+its foreign skills, gets a truncated weight near 0).
 
 A small-scale check of the Mutual RL paper's claim, not a tuning target: report whatever
 ordering it shows. ``--seeds 0 --steps 2`` is a smoke test of the whole pipeline.
@@ -111,7 +113,7 @@ def run_one(
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         point = json.loads(line)
         key = point["key"]
-        if (key.startswith(VAL) or key == IS_WEIGHT) and not point["policy"].startswith("_"):
+        if key.startswith((VAL, IS_WEIGHT)) and not point["policy"].startswith("_"):
             curves.setdefault(point["policy"], {}).setdefault(key, {})[point["step"]] = float(
                 point["value"]
             )
@@ -189,17 +191,34 @@ def report_complementary(results: dict[str, list[RunResult]]) -> None:
                 values = [run.final(policy, key) for run in results[name]]
                 cells.append(f"{_fmt(values)} ({_difference(values, base)})")
             print("| " + " | ".join(cells) + " |")
-    print("\n| regime | policy | mean prp/is_weight_mean over steps |")
-    print("| --- | --- | --- |")
+    is_keys = sorted(
+        {
+            key
+            for name in sharing
+            for run in results[name]
+            for curves in run.curves.values()
+            for key in curves
+            if key.startswith(IS_WEIGHT + "/")
+        }
+    )
+    skills = [key[len(IS_WEIGHT) + 1 :] for key in is_keys]
+    print(f"\nMean {IS_WEIGHT} over steps, over all peer tokens and per skill of the prompt")
+    print("(mean ± std over seeds; a skill's column is empty where no step logged it).\n")
+    header = ["regime", "policy", "all", *skills]
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
     for name in sharing:
         for policy in policies:
-            weights = [
-                statistics.mean(run.curves[policy][IS_WEIGHT].values())
-                for run in results[name]
-                if IS_WEIGHT in run.curves.get(policy, {})
-            ]
-            if weights:
-                print(f"| {name} | {policy} | {_fmt(weights)} |")
+            cells = []
+            for key in (IS_WEIGHT, *is_keys):
+                weights = [
+                    statistics.mean(run.curves[policy][key].values())
+                    for run in results[name]
+                    if key in run.curves.get(policy, {})
+                ]
+                cells.append(_fmt(weights) if weights else "")
+            if cells[0]:
+                print(f"| {name} | {policy} | " + " | ".join(cells) + " |")
     print("\n| regime | wall s / run |")
     print("| --- | --- |")
     for name, runs in results.items():

@@ -199,6 +199,14 @@ FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = (
         "",
         REWARDS,
     ),
+    # PRP's mean importance weight per skill of the prompt (trainer/regimes/prp.py), when
+    # the step's prompts span several skills: prp/is_weight_mean/addition, ...
+    (
+        re.compile(r"prp/is_weight_mean/(?P<skill>[a-z0-9_]+)"),
+        "PRP importance weight (mean) · {skill}",
+        "",
+        SHARING,
+    ),
 )
 """Keys with a variable part, as ``(pattern, label template, unit, group)``; the label
 template is formatted with the pattern's named groups."""

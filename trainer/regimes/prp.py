@@ -144,7 +144,7 @@ class PRP(Regime):
         return RegimeStep(
             batch,
             self._events(policy, samples, weights, step),
-            self._metrics(samples, weights),
+            self._metrics(samples, weights, [problem.skill for problem in rollouts.problems]),
         )
 
     def _peer_samples(
@@ -206,7 +206,13 @@ class PRP(Regime):
             for (source, prompt_id), w in grouped.items()
         ]  # fmt: skip
 
-    def _metrics(self, samples: list[PeerSample], weights: list[list[float]]) -> dict[str, float]:
+    def _metrics(
+        self, samples: list[PeerSample], weights: list[list[float]], skills: list[str]
+    ) -> dict[str, float]:
+        """The step's PRP and THL metrics; ``skills[i]`` is the skill of prompt i. When the
+        prompts span several skills, ``prp/is_weight_mean/<skill>`` is the mean weight
+        over the peer tokens of that skill's prompts (their token-weighted mean is the
+        overall one), so that a weight near 0 on foreign-skill prompts shows."""
         flat = [w for sample_weights in weights for w in sample_weights]
         c_bar = self.config.prp.c_bar
         metrics = {m.PRP_PEER_SAMPLES: float(len(samples))}
@@ -215,6 +221,14 @@ class PRP(Regime):
             metrics[m.PRP_IS_WEIGHT_CLIPPED_FRAC] = (
                 sum(w >= c_bar for w in flat) / len(flat) if self.config.prp.is_correction else 0.0
             )
+        if len({skill for skill in skills if skill}) > 1:
+            by_skill: dict[str, list[float]] = {}
+            for sample, sample_weights in zip(samples, weights, strict=True):
+                skill = skills[sample.prompt_index]
+                if skill and sample_weights:
+                    by_skill.setdefault(skill, []).extend(sample_weights)
+            for skill, values in sorted(by_skill.items()):
+                metrics[f"prp/is_weight_mean/{skill}"] = sum(values) / len(values)
         if samples:
             metrics |= {
                 m.THL_RESIDUAL_SPAN_FRAC: _mean([s.residual_span_frac for s in samples]),
