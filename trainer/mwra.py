@@ -608,19 +608,21 @@ def parameter_count(
     if declared is not None and declared >= 1:
         return ParameterCount(int(declared), "declared")
     if source.startswith("zoo:"):
-        from trainer.zoo import ZOO_IDS, default_zoo_dir
+        from trainer.zoo import ALL_ZOO_IDS, ZOO_RECIPES, default_zoo_dir
 
         zoo_id = source[len("zoo:") :]
-        if zoo_id not in ZOO_IDS:
+        if zoo_id not in ALL_ZOO_IDS:  # the normal zoo and the complementary-skills pool
             return ParameterCount(1, "fallback", f"unknown zoo model {zoo_id!r}; counted as 1")
         directory = (default_zoo_dir() if zoo_dir is None else Path(zoo_dir)) / zoo_id
         manifest = _read_json(directory / "zoo.json")
         n_params = manifest.get("n_params") if manifest else None
         if isinstance(n_params, int) and n_params >= 1:
             return ParameterCount(n_params, "zoo")
+        recipe = next((r for r, ids in ZOO_RECIPES.items() if zoo_id in ids), "default")
+        build = "build" if recipe == "default" else f"build --recipe {recipe}"
         missing = (
             f"zoo model {zoo_id!r} is not built in {directory.parent} (`python -m trainer zoo "
-            "build`); counted as 1, like every unbuilt zoo model"
+            f"{build}`); counted as 1, like every unbuilt zoo model"
         )
     else:
         directory = Path(source).expanduser()

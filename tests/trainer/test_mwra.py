@@ -354,6 +354,28 @@ def test_parameter_counts_come_from_the_best_source(tmp_path: Path) -> None:
     assert "counted as 1" in missing.note
 
 
+def test_the_complementary_pools_zoo_ids_are_counted_from_their_manifests(
+    tmp_path: Path,
+) -> None:
+    # Issue 18: the complementary-skills policies are zoo ids too (ALL_ZOO_IDS); before,
+    # only the normal zoo's ids were looked up and these counted as "unknown", i.e. 1.
+    from trainer.zoo import ALL_ZOO_IDS, COMPLEMENTARY_IDS
+
+    assert set(COMPLEMENTARY_IDS) <= set(ALL_ZOO_IDS)
+    zoo = tmp_path / "zoo"
+    for count, zoo_id in enumerate(COMPLEMENTARY_IDS, start=141824):
+        (zoo / zoo_id).mkdir(parents=True)
+        (zoo / zoo_id / "zoo.json").write_text(json.dumps({"n_params": count}))
+    for count, zoo_id in enumerate(COMPLEMENTARY_IDS, start=141824):
+        counted = parameter_count(f"zoo:{zoo_id}", zoo_dir=zoo)
+        assert (counted.value, counted.origin) == (count, "zoo"), zoo_id
+    unbuilt = parameter_count(f"zoo:{COMPLEMENTARY_IDS[0]}", zoo_dir=tmp_path / "empty")
+    assert (unbuilt.value, unbuilt.origin) == (1, "fallback")
+    assert "not built" in unbuilt.note and "--recipe complementary" in unbuilt.note
+    unknown = parameter_count("zoo:tiny-nothing", zoo_dir=zoo)
+    assert (unknown.value, unknown.origin) == (1, "fallback") and "unknown" in unknown.note
+
+
 def test_mwra_imports_without_torch() -> None:
     code = "import sys, trainer.mwra; assert 'torch' not in sys.modules, 'mwra imported torch'"
     result = subprocess.run(
