@@ -31,7 +31,7 @@ from collections.abc import Callable
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from trainer.tasks.arithmetic import LEVELS, boxed, make_expression
+from trainer.tasks.arithmetic import ADDITIVE_LEVELS, boxed, make_expression
 from trainer.thl import align_response_logprobs, redistribute_logprobs, retokenize
 from trainer.thl.spans import decoder_spans, prefix_spans
 from trainer.zoo.tokenizers import (
@@ -55,7 +55,9 @@ FALLBACK_LENGTHS = (64, 256, 1024)
 
 
 def arithmetic_response(rng: random.Random) -> str:
-    expression, value = make_expression(rng, rng.choice(LEVELS))
+    # The levels before multiplication (level 6): the same draws, so the same data, as
+    # the results recorded before it was added.
+    expression, value = make_expression(rng, rng.choice(ADDITIVE_LEVELS))
     steps = [f"We need {expression}.", f"{expression} = {value}."]
     if rng.random() < 0.5:
         steps.insert(1, "Add the ones, carry the ten, then add the tens.")
