@@ -44,6 +44,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "title": "ReMix: rollouts vs accuracy",
         "params": {"metric": ["val/reward@1"], "group_by": "off_policy", "x": "rollouts"},
     },
+    # The complementary-skills pool (examples/complementary.json, issue 18): each policy
+    # starts on one skill; a regime that transfers lifts its foreign skills.
+    "complementary": {
+        "title": "Complementary skills: validation reward@1 per skill",
+        "params": {
+            "metric": [
+                "val/reward@1/addition",
+                "val/reward@1/subtraction",
+                "val/reward@1/multiplication",
+            ],
+            "group_by": "regime",
+        },
+    },
 }
 GROUP_BY_CHOICES = ("regime", "off_policy", "experiment", "seed")
 X_CHOICES = (("step", "step"), ("rollouts", "rollouts"), ("tokens", "response tokens"))

@@ -1,0 +1,42 @@
+"""The compare page's presets: the complementary-skills pool's per-skill validation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from trainer import metrics as m
+from webapp.experiments import services
+from webapp.experiments.views_compare import PRESETS
+
+pytestmark = pytest.mark.django_db
+
+SKILLS = ("addition", "subtraction", "multiplication")
+
+
+def test_the_complementary_preset_shows_validation_per_skill_by_regime(
+    client: Client, alice: User, make_experiment: Callable
+) -> None:
+    source = make_experiment(seeds=(0,))
+    sweep = services.sweep_launch(
+        owner=alice, source=source, name="skills", regimes=["standalone", "sgt"], seeds=[0]
+    )
+    client.force_login(alice)
+    page = client.get(
+        reverse("experiments:compare"), {"sweep": sweep.pk, "preset": "complementary"}
+    )
+    assert page.status_code == 200
+    keys = [f"{m.VAL_REWARD_AT_1}/{skill}" for skill in SKILLS]
+    assert page.context["chosen_metrics"] == keys
+    assert page.context["params"]["group_by"] == "regime"
+    assert page.context["chosen_policies"] == []  # every policy
+    # Each key is a catalogued family member with a readable name.
+    assert [m.label(key) for key in keys] == [f"Validation reward@1 · {s}" for s in SKILLS]
+    html = page.content.decode()
+    title = PRESETS["complementary"]["title"]
+    assert title == "Complementary skills: validation reward@1 per skill"
+    assert 'data-testid="preset-complementary"' in html and title in html
