@@ -12,7 +12,7 @@ from trainer import metrics as m
 from webapp.experiments.metric_groups import METRIC_GROUPS, groups_as_json, metrics_as_json
 
 TRAINER = Path(__file__).resolve().parents[2] / "trainer"
-KEY = re.compile(r"[a-z][a-z0-9_]*/[a-z0-9_@.]+")
+KEY = re.compile(r"[a-z][a-z0-9_]*(?:/[a-z0-9_@.]+)+")  # "thl/mass_error", "val/reward@1/x"
 
 
 def _metrics_aliases(tree: ast.Module) -> set[str]:
@@ -74,8 +74,9 @@ def logged_keys() -> tuple[frozenset[str], frozenset[str]]:
 
 
 def test_the_scan_finds_the_keys_the_trainer_logs() -> None:
-    keys, _families = logged_keys()
+    keys, families = logged_keys()
     assert {m.VAL_REWARD_AT_1, m.REMIX_REPLAY_SIZE, "thl/mass_error", m.LR} <= keys
+    assert {"val/reward@1/x", "prp/is_weight_mean/x"} <= families  # per-skill keys
     assert m.POOL not in keys
 
 
