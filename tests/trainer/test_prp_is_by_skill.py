@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.trainer.zoo_policy import zoo_policy
 from trainer import metrics as m
-from trainer.config import PolicyConfig, RunConfig
+from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import Policy
 from trainer.regimes.prp import PRP
-from trainer.tasks import Problem, get_reward
+from trainer.tasks import Problem
 from trainer.tasks.arithmetic import ArithmeticTask
 from trainer.zoo import COMPLEMENTARY_IDS, build_zoo
 
@@ -34,15 +35,7 @@ def complementary_zoo(zoo_dir: Path) -> Path:
 
 
 def _policy(name: str, zoo_dir: Path, config: RunConfig) -> Policy:
-    model_dir = zoo_dir / POOL[name]
-    torch.manual_seed(0)
-    return Policy(
-        PolicyConfig(name=name, model=str(model_dir), group_size=2, lr=1e-3),
-        config.grpo,
-        model_dir=model_dir,
-        tokenizer_dir=model_dir,
-        reward_fn=get_reward("math"),
-    )
+    return zoo_policy(name, POOL[name], zoo_dir, config)
 
 
 def _prp_step(

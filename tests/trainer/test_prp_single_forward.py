@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 import torch
 
-from trainer.config import PolicyConfig, RunConfig
+from tests.trainer.zoo_policy import zoo_policy
+from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy
 from trainer.regimes.prp import PRP
-from trainer.tasks import Problem, get_reward
+from trainer.tasks import Problem
 
 POOL = {"llama": "tiny-llama-char", "qwen": "tiny-qwen-bpe"}
 CONFIG = {
@@ -30,15 +31,7 @@ CONFIG = {
 
 
 def _policy(name: str, zoo_dir: Path, config: RunConfig) -> Policy:
-    model_dir = zoo_dir / POOL[name]
-    torch.manual_seed(0)
-    return Policy(
-        PolicyConfig(name=name, model=str(model_dir), group_size=2, lr=1e-3),
-        config.grpo,
-        model_dir=model_dir,
-        tokenizer_dir=model_dir,
-        reward_fn=get_reward("math"),
-    )
+    return zoo_policy(name, POOL[name], zoo_dir, config)
 
 
 def _count_scored_rows(model: torch.nn.Module) -> list[int]:

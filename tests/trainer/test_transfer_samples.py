@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from trainer.config import PolicyConfig, RunConfig
+from tests.trainer.zoo_policy import zoo_policy
+from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import Policy
 from trainer.regimes.prp import PRP
@@ -21,21 +22,13 @@ from trainer.spool import (
     make_sample,
     normalize_event,
 )
-from trainer.tasks import Problem, get_reward
+from trainer.tasks import Problem
 
 POOL = {"llama": "tiny-llama-char", "qwen": "tiny-qwen-bpe"}
 
 
 def _policy(name: str, zoo_dir: Path, config: RunConfig) -> Policy:
-    model_dir = zoo_dir / POOL[name]
-    torch.manual_seed(0)
-    return Policy(
-        PolicyConfig(name=name, model=str(model_dir), group_size=2, lr=1e-3),
-        config.grpo,
-        model_dir=model_dir,
-        tokenizer_dir=model_dir,
-        reward_fn=get_reward("math"),
-    )
+    return zoo_policy(name, POOL[name], zoo_dir, config)
 
 
 def test_prp_events_carry_the_peer_text_and_its_retokenization(zoo_dir: Path) -> None:
