@@ -67,6 +67,11 @@ MAX_SEED = 2**31 - 1
 MAX_TAGS = 16
 MAX_MICRO_BATCH = 65_536
 BACKENDS = ("local", "slurm")
+RESOURCE_FIELDS = (
+    *("backend", "partition", "gpus", "cpus_per_gpu", "cpus", "mem_gb"),
+    *("time_limit", "account", "qos"),
+)
+"""The resources section's fields, in the form's order (the stored ``resources``)."""
 TIME_LIMIT = re.compile(
     r"^(?:(?P<days>\d{1,3})-)?(?P<hours>\d{1,3}):(?P<minutes>[0-5]\d):(?P<seconds>[0-5]\d)$"
 )
@@ -346,20 +351,7 @@ class ResourcesForm(forms.Form):
 
     def to_resources(self) -> dict[str, Any]:
         data = self.cleaned_data
-        return {
-            name: data.get(name)
-            for name in (
-                "backend",
-                "partition",
-                "gpus",
-                "cpus_per_gpu",
-                "cpus",
-                "mem_gb",
-                "time_limit",
-                "account",
-                "qos",
-            )
-        }
+        return {name: data.get(name) for name in RESOURCE_FIELDS}
 
 
 def _partition_label(name: str, spec: dict[str, int]) -> str:

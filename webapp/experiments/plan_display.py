@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webapp.experiments.configform import field_label
+from webapp.experiments.forms import RESOURCE_FIELDS
 
 DASH = "\u2013"  # an en dash, as the other pages show a missing value
 MODES = {
@@ -22,19 +23,7 @@ MODES = {
     "shared": "shared: the workers share GPUs",
     "mixed": "mixed: some workers share a GPU, some have theirs to themselves",
 }
-RESOURCE_ORDER = (
-    "backend",
-    "partition",
-    "gpus",
-    "nodes",
-    "gpus_per_node",
-    "cpus_per_gpu",
-    "cpus",
-    "mem_gb",
-    "time_limit",
-    "account",
-    "qos",
-)
+RESOURCE_ORDER = (*RESOURCE_FIELDS[:3], "nodes", "gpus_per_node", *RESOURCE_FIELDS[3:])
 """The compose form's order (a JSONB column keeps keys in its own order)."""
 RESOURCE_LABELS = {"gpus_per_node": "GPUs per node", "partition": "Partition", "nodes": "Nodes"}
 
