@@ -339,3 +339,24 @@ def test_sft_goes_on_in_checks_until_done_or_the_cap() -> None:
                        max_extra_steps=4)  # fmt: skip
     assert len(capped) == 2 + 4  # never done: stops at the cap, the last check cut short
     assert not model.training
+
+
+def test_a_second_builder_of_one_zoo_waits_for_the_first_and_reuses_its_policies(
+    zoo_dir: Path,
+) -> None:
+    import threading
+
+    finished = threading.Event()
+    lines: list[str] = []
+
+    def second_builder() -> None:
+        build_zoo(zoo_dir, seed=0, log=lines.append)
+        finished.set()
+
+    with zoo_build._exclusive_lock(zoo_dir / ".build.lock"):  # the first builder, mid-build
+        thread = threading.Thread(target=second_builder)
+        thread.start()
+        assert not finished.wait(1.0), "the second builder did not wait for the lock"
+    assert finished.wait(30), "the second builder never got the lock"
+    thread.join()
+    assert lines == [f"zoo: {i} is up to date in {zoo_dir / i}" for i in ZOO_IDS]

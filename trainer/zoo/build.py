@@ -8,6 +8,7 @@ into place only once complete, so a crashed build never looks like a finished on
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -319,8 +320,37 @@ def build_all(
     force: bool,
     log: Callable[[str], None],
 ) -> dict[str, Path]:
-    """Build the missing or stale policies of ``ids`` (all of them with ``force``)."""
+    """Build the missing or stale policies of ``ids`` (all of them with ``force``).
+
+    Builders of one ``zoo_dir`` take turns (an exclusive lock on ``zoo_dir/.build.lock``):
+    a second process asking for the same policies waits for the first and reuses them
+    instead of building them again (parallel test workers, a demo beside a benchmark).
+    """
     zoo_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(zoo_dir / ".build.lock"):
+        return _build_missing(zoo_dir, seed, ids, force, log)
+
+
+@contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path``; none where it cannot be opened (a zoo on a
+    read-only share is only read: its builds are current or fail to write anyway)."""
+    try:
+        lock_file = path.open("a")
+    except OSError:
+        yield
+        return
+    with lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _build_missing(
+    zoo_dir: Path, seed: int, ids: Sequence[str], force: bool, log: Callable[[str], None]
+) -> dict[str, Path]:
     todo = [zoo_id for zoo_id in ids if force or not is_current(zoo_dir / zoo_id, zoo_id, seed)]
     for zoo_id in ids:
         if zoo_id not in todo:
