@@ -34,6 +34,15 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``-n`` (pytest-xdist, ``--dist loadgroup``), the tests marked ``slurm`` go to
+    one worker, which runs them one at a time: they share the one-node cluster (a test
+    fills every CPU of it, another restarts slurmctld). Everything else spreads."""
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+
+
 @pytest.fixture(scope="session")
 def zoo_dir() -> Path:
     """The built tiny zoo (all policies, seed 0).

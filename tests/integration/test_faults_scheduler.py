@@ -60,7 +60,11 @@ from trainer.checkpoint import latest_checkpoint
 from webapp.experiments import services
 from webapp.experiments.models import Experiment, Run
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slurm,
+    pytest.mark.django_db(transaction=True),
+]
 
 RECOVERY_ENV = {
     "MRL_STALE_QUEUED_SECONDS": "3",

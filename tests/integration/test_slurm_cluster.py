@@ -9,7 +9,7 @@ import pytest
 
 from scheduler.slurm import SlurmJob, sbatch, scancel, squeue
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 
 def _wait(job_id: str, *, until: str = "finished", timeout: float = 120) -> SlurmJob:
