@@ -608,7 +608,7 @@ def parameter_count(
     if declared is not None and declared >= 1:
         return ParameterCount(int(declared), "declared")
     if source.startswith("zoo:"):
-        from trainer.zoo import ALL_ZOO_IDS, ZOO_RECIPES, default_zoo_dir
+        from trainer.zoo import ALL_ZOO_IDS, build_command, default_zoo_dir
 
         zoo_id = source[len("zoo:") :]
         if zoo_id not in ALL_ZOO_IDS:  # the normal zoo and the complementary-skills pool
@@ -618,11 +618,9 @@ def parameter_count(
         n_params = manifest.get("n_params") if manifest else None
         if isinstance(n_params, int) and n_params >= 1:
             return ParameterCount(n_params, "zoo")
-        recipe = next((r for r, ids in ZOO_RECIPES.items() if zoo_id in ids), "default")
-        build = "build" if recipe == "default" else f"build --recipe {recipe}"
         missing = (
-            f"zoo model {zoo_id!r} is not built in {directory.parent} (`python -m trainer zoo "
-            f"{build}`); counted as 1, like every unbuilt zoo model"
+            f"zoo model {zoo_id!r} is not built in {directory.parent} "
+            f"(`{build_command(zoo_id)}`); counted as 1, like every unbuilt zoo model"
         )
     else:
         directory = Path(source).expanduser()

@@ -303,6 +303,13 @@ def test_an_unbuilt_zoo_model_says_how_to_build_it(tmp_path: Path) -> None:
     assert str(tmp_path) in str(error.value)
 
 
+def test_an_unbuilt_complementary_zoo_model_names_its_recipe_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(ModelSourceError) as error:
+        resolve_model_source("zoo:tiny-qwen-bpe-sub", tmp_path)
+    command = f"python -m trainer zoo build --recipe complementary --zoo-dir {tmp_path}"
+    assert f"run `{command}`" in str(error.value)
+
+
 def test_an_unknown_zoo_id_lists_the_zoo(tmp_path: Path) -> None:
     with pytest.raises(ModelSourceError) as error:
         resolve_model_source("zoo:tiny-bert", tmp_path)

@@ -65,6 +65,18 @@ def zoo_model_dir(zoo_id: str, zoo_dir: Path) -> Path:
     return Path(zoo_dir) / zoo_id
 
 
+def build_command(zoo_id: str, zoo_dir: Path | None = None) -> str:
+    """The command that builds ``zoo_id``: ``python -m trainer zoo build``, with the
+    ``--recipe`` that holds it when that is not the default one, and ``--zoo-dir``."""
+    recipe = next((name for name, ids in ZOO_RECIPES.items() if zoo_id in ids), "default")
+    command = "python -m trainer zoo build"
+    if recipe != "default":
+        command += f" --recipe {recipe}"
+    if zoo_dir is not None:
+        command += f" --zoo-dir {zoo_dir}"
+    return command
+
+
 def resolve_model_source(source: str, zoo_dir: Path | None = None) -> Path:
     """The local directory of a policy's model source.
 
@@ -81,7 +93,7 @@ def resolve_model_source(source: str, zoo_dir: Path | None = None) -> Path:
     directory = zoo_model_dir(zoo_id, root)
     if not (directory / "zoo.json").is_file():
         raise ModelSourceError(
-            f"zoo model {zoo_id!r} is not built in {root}; run `python -m trainer zoo build`"
+            f"zoo model {zoo_id!r} is not built in {root}; run `{build_command(zoo_id, root)}`"
         )
     return directory
 
