@@ -377,6 +377,24 @@ def test_a_valid_config_fills_the_form_and_previews(lab: Lab, alice: User) -> No
 
 
 @pytest.mark.parametrize(
+    "example", sorted(p.name for p in (Path(__file__).parents[2] / "examples").glob("*.json"))
+)
+def test_every_example_config_imports_and_saves(lab: Lab, alice: User, example: str) -> None:
+    """What the README offers (examples/*.json, the complementary pool's zoo models
+    included) imports into the form without a problem and saves as it is."""
+    client = logged_in(alice)
+    text = (Path(__file__).parents[2] / "examples" / example).read_text()
+    composer = import_config(client, text, as_file=True).context["composer"]
+    assert not composer.has_errors(), composer.error_summary()
+    saved = client.post(
+        reverse("experiments:experiment_create"), {**composer.as_data().dict(), "action": "save"}
+    )
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    config = Experiment.objects.get().config
+    assert [p["model"] for p in config["pool"]] == [p["model"] for p in json.loads(text)["pool"]]
+
+
+@pytest.mark.parametrize(
     ("payload", "fragment"),
     [
         ("{not json", "not valid JSON"),

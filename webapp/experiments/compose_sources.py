@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 
 from trainer.models import TOKENIZER_FILES
 from trainer.mwra import ParameterCount, parameter_count
-from trainer.zoo import ZOO_IDS, ZOO_PREFIX
+from trainer.zoo import ALL_ZOO_IDS, ZOO_PREFIX
 from webapp.experiments.models import Lab, ModelEntry
 
 MAX_LISTED = 12
@@ -26,8 +26,8 @@ def source_problem(source: str) -> str | None:
     """Why ``source`` is not a usable model source (``zoo:<id>`` or a directory), or None."""
     if source.startswith(ZOO_PREFIX):
         zoo_id = source[len(ZOO_PREFIX) :]
-        if zoo_id not in ZOO_IDS:
-            return f"unknown zoo model {zoo_id!r}; the zoo has {', '.join(ZOO_IDS)}"
+        if zoo_id not in ALL_ZOO_IDS:
+            return f"unknown zoo model {zoo_id!r}; the zoo has {', '.join(ALL_ZOO_IDS)}"
         return None
     problem = directory_problem(source)
     if problem:
@@ -113,7 +113,7 @@ class ModelResolver:
 
     def suggestions(self) -> list[str]:
         """What the model field's datalist offers: registry names, then the zoo."""
-        return [*self.entries, *(ZOO_PREFIX + zoo_id for zoo_id in ZOO_IDS)]
+        return [*self.entries, *(ZOO_PREFIX + zoo_id for zoo_id in ALL_ZOO_IDS)]
 
     def resolve(self, text: str) -> ResolvedModel:
         """The model ``text`` names; ValidationError ("unknown model ...") otherwise."""
@@ -127,7 +127,7 @@ class ModelResolver:
             return ResolvedModel(text)
         raise ValidationError(
             f"unknown model {text!r}: use a name from the lab's model registry "
-            f"({self._registry_text()}), 'zoo:<id>' ({', '.join(ZOO_IDS)}), or an absolute "
+            f"({self._registry_text()}), 'zoo:<id>' ({', '.join(ALL_ZOO_IDS)}), or an absolute "
             "path to a local Hugging Face model directory",
             code="unknown_model",
         )
