@@ -37,15 +37,19 @@ from scheduler.backends import (
     read_exit_code,
 )
 from scheduler.backends import write_run_files as _write_run_files
+from scheduler.celery import app as celery_app
 from scheduler.jobs import JobSpec, JobSpecError
 from trainer.mwra import PlacementPlan
 from webapp.experiments import series_packs, services
-from webapp.experiments.models import Run
+from webapp.experiments.models import Experiment, Run, Sweep
 
 log = logging.getLogger(__name__)
 
 ACTIVE_STATES = (Run.State.SUBMITTED, Run.State.PENDING, Run.State.RUNNING, Run.State.COMPLETING)
 TIME_LIMIT_RESUMED = "resumed after the time limit"
+RUN_SUBMIT = "scheduler.tasks.run_submit"
+RUN_CANCEL = "scheduler.tasks.run_cancel"
+"""The tasks this module sends, by name (scheduler/tasks.py registers them so)."""
 """How the note of the state change that queues a timed-out run again begins (the
 resumes of a run are counted by it)."""
 SUBMIT_LOCK_CLASS = 0x4D524C53
@@ -360,6 +364,25 @@ def cancel(run_id: int) -> str:
     return "cancelled"
 
 
+def experiment_launch(experiment: Experiment) -> list[Run]:
+    """Queue one run per seed of ``experiment``; each is submitted once this commits."""
+    with transaction.atomic():
+        runs = services.runs_create(experiment, state=Run.State.QUEUED)
+        for run in runs:
+            enqueue_submit(run)
+    return runs
+
+
+def sweep_launch(**sweep: Any) -> Sweep:
+    """Create the sweep :func:`webapp.experiments.services.sweep_create` describes (same
+    keyword arguments) and launch each of its experiments, all or nothing."""
+    with transaction.atomic():
+        created = services.sweep_create(**sweep)
+        for experiment in created.experiments.order_by("id"):
+            experiment_launch(experiment)
+    return created
+
+
 def resubmit(run: Run) -> None:
     """Queue a finished run again; its job resumes from the last checkpoint."""
     with transaction.atomic():
@@ -373,16 +396,16 @@ def enqueue_submit(run: Run) -> None:
     If the broker is unreachable the run stays queued and :func:`sync` sends it again
     later (the claim in :func:`submit` makes a double send harmless).
     """
-    from scheduler.tasks import run_submit
-
-    transaction.on_commit(lambda: _send(run_submit, run.pk))
+    transaction.on_commit(lambda: _send(RUN_SUBMIT, run.pk))
 
 
-def _send(task: Any, run_id: int) -> None:
+def _send(task_name: str, run_id: int) -> None:
+    """Send the task ``task_name`` for ``run_id`` by name (this module never imports the
+    tasks, which import it: the layers point one way)."""
     try:
-        task.delay(run_id)
+        celery_app.send_task(task_name, args=[run_id])
     except Exception as exc:  # noqa: BLE001 - any broker failure: the sync retries later
-        log.warning("could not enqueue %s for run %s: %s", task.name, run_id, exc)
+        log.warning("could not enqueue %s for run %s: %s", task_name, run_id, exc)
 
 
 def resend_stale_queued(older_than: timedelta | None = None) -> int:
@@ -418,16 +441,12 @@ def resend_stale_submissions(older_than: timedelta | None = None) -> int:
 
 def _resend(runs: Any) -> int:
     """Send ``run_submit`` for each run of the queryset ``runs``; how many."""
-    from scheduler.tasks import run_submit
-
     stale = list(runs.values_list("pk", flat=True))
     for run_id in stale:
-        _send(run_submit, run_id)
+        _send(RUN_SUBMIT, run_id)
     return len(stale)
 
 
 def enqueue_cancel(run: Run) -> None:
     """Send ``run_cancel`` once the surrounding transaction commits."""
-    from scheduler.tasks import run_cancel
-
-    transaction.on_commit(lambda: _send(run_cancel, run.pk))
+    transaction.on_commit(lambda: _send(RUN_CANCEL, run.pk))

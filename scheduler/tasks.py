@@ -54,7 +54,7 @@ def _backoff(retries: int) -> float:
     return float(min(120, 2 ** (retries + 1)))
 
 
-@shared_task(bind=True, name="scheduler.tasks.run_submit", max_retries=MAX_RETRIES)
+@shared_task(bind=True, name=service.RUN_SUBMIT, max_retries=MAX_RETRIES)
 def run_submit(self: Task, run_id: int) -> str:
     """Claim queued run ``run_id`` and start its job (idempotent: a replay is skipped)."""
     try:
@@ -81,7 +81,7 @@ def runs_sync() -> dict[str, int]:
     return moved
 
 
-@shared_task(bind=True, name="scheduler.tasks.run_cancel", max_retries=MAX_RETRIES)
+@shared_task(bind=True, name=service.RUN_CANCEL, max_retries=MAX_RETRIES)
 def run_cancel(self: Task, run_id: int) -> str:
     """Stop run ``run_id``'s job and mark it cancelled."""
     try:

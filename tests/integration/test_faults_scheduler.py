@@ -38,6 +38,7 @@ from kombu import pools as kombu_pools
 from kombu.exceptions import KombuError
 
 from scheduler import service, slurm
+from scheduler import service as scheduler_service
 from scheduler.celery import app
 from scheduler.tasks import runs_sync
 from tests.integration.conftest import (
@@ -160,7 +161,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> N
 # --------------------------------------------------------------------------- runs
 def launch(owner: User, name: str, *, seeds: tuple[int, ...] = (0,), **config: Any) -> list[Run]:
     """Queue one Slurm run per seed of a tiny two-policy experiment named ``name``."""
-    return services.experiment_launch(experiment(owner, name, seeds=seeds, **config))
+    return scheduler_service.experiment_launch(experiment(owner, name, seeds=seeds, **config))
 
 
 def experiment(

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+from scheduler import service as scheduler_service
 from scheduler.tasks import runs_sync
 from tests.integration.conftest import SchedulerWorld
 from trainer import metrics as m
@@ -50,7 +51,7 @@ def launch(owner: User, backend: str, **config: Any) -> Run:
     experiment = services.experiment_create(
         owner=owner, config=tiny_config(**config), seeds=[0], resources=resources
     )
-    return services.experiment_launch(experiment)[0]
+    return scheduler_service.experiment_launch(experiment)[0]
 
 
 class Watcher:

@@ -57,3 +57,17 @@ def queued_run(make_experiment: Callable[..., Experiment]) -> Run:
     experiment.resources = {"backend": "slurm", "partition": "gpu", "mem_gb": 8}
     experiment.save()
     return services.runs_create(experiment, state=Run.State.QUEUED)[0]
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The run ids ``run_submit`` is sent for, caught where the service hands its tasks to
+    the broker (``send_task``, by name) instead of a broker."""
+    ids: list[int] = []
+
+    def send_task(name: str, args: list[int]) -> None:
+        if name == service.RUN_SUBMIT:
+            ids.append(args[0])
+
+    monkeypatch.setattr(service.celery_app, "send_task", send_task)
+    return ids

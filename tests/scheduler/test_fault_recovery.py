@@ -26,14 +26,6 @@ pytestmark = pytest.mark.django_db
 TIMED_OUT = JobStatus("failed", 0, "vm", "the job hit its time limit", timed_out=True)
 
 
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The run ids ``run_submit`` is sent for (instead of a broker)."""
-    ids: list[int] = []
-    monkeypatch.setattr("scheduler.tasks.run_submit.delay", ids.append)
-    return ids
-
-
 class WorkerDied(BaseException):
     """A SIGKILL, as far as the code after it is concerned."""
 

@@ -150,9 +150,7 @@ def test_cancel_stops_the_job_and_marks_the_run(backend: FakeBackend, queued_run
     assert service.cancel(queued_run.pk) == "skipped: the run is cancelled"
 
 
-def test_stale_queued_runs_are_sent_again(queued_run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    sent: list[int] = []
-    monkeypatch.setattr("scheduler.tasks.run_submit.delay", sent.append)
+def test_stale_queued_runs_are_sent_again(queued_run: Run, sent: list[int]) -> None:
     assert service.resend_stale_queued() == 0
     Run.objects.filter(pk=queued_run.pk).update(queued_at=timezone.now() - timedelta(minutes=5))
     assert service.resend_stale_queued() == 1

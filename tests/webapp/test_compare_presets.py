@@ -9,8 +9,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from scheduler import service as scheduler_service
 from trainer import metrics as m
-from webapp.experiments import services
 from webapp.experiments.views_compare import PRESETS
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ def test_the_complementary_preset_shows_validation_per_skill_by_regime(
     client: Client, alice: User, make_experiment: Callable
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = services.sweep_launch(
+    sweep = scheduler_service.sweep_launch(
         owner=alice, source=source, name="skills", regimes=["standalone", "sgt"], seeds=[0]
     )
     client.force_login(alice)

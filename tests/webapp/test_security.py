@@ -149,7 +149,7 @@ def objects(alice: User, make_experiment: Callable[..., Experiment]) -> dict[str
     entry = ModelEntry.objects.create(
         lab=experiment.lab, owner=alice, name="m", source="zoo:tiny-llama-char"
     )
-    sweep = services.sweep_launch(
+    sweep = scheduler_service.sweep_launch(
         owner=alice, source=experiment, name="grid", regimes=["sgt"], seeds=[0]
     )
     saved = SavedComparison.objects.create(
@@ -417,7 +417,7 @@ def hostile(
     log_path = scheduler_service.job_spec(Run.objects.get(pk=run.pk)).log_path
     log_path.parent.mkdir(parents=True)
     log_path.write_text(f"step 1\n{SCRIPT}\n{SHELL}\n</pre><b>bold</b>\n")
-    sweep = services.sweep_launch(
+    sweep = scheduler_service.sweep_launch(
         owner=alice, source=experiment, name="grid", regimes=["sgt"], seeds=[0], description=SCRIPT
     )
     saved = SavedComparison.objects.create(

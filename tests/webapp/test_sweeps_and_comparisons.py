@@ -10,6 +10,7 @@ from django.http import QueryDict
 from django.test import Client
 from django.urls import reverse
 
+from scheduler import service as scheduler_service
 from trainer.config import ConfigError
 from webapp.experiments import services
 from webapp.experiments.compare_selection import SelectionError, select_runs
@@ -22,7 +23,7 @@ def test_a_sweep_of_four_regimes_and_two_seeds_creates_eight_runs(
     alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = services.sweep_launch(
+    sweep = scheduler_service.sweep_launch(
         owner=alice,
         source=source,
         name="grid",
@@ -50,7 +51,7 @@ def test_a_sweep_over_a_hyperparameter_varies_it_per_cell(
     alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = services.sweep_launch(
+    sweep = scheduler_service.sweep_launch(
         owner=alice,
         source=source,
         name="klgrid",
@@ -67,7 +68,7 @@ def test_a_sweep_over_a_hyperparameter_varies_it_per_cell(
 def test_a_bad_cell_stores_nothing(alice: User, make_experiment: Callable[..., Experiment]) -> None:
     source = make_experiment(seeds=(0,))
     with pytest.raises(ConfigError):
-        services.sweep_launch(
+        scheduler_service.sweep_launch(
             owner=alice,
             source=source,
             name="bad",
@@ -78,7 +79,7 @@ def test_a_bad_cell_stores_nothing(alice: User, make_experiment: Callable[..., E
         )
     assert not Sweep.objects.exists() and Experiment.objects.count() == 1
     with pytest.raises(services.SweepError, match="at most 64"):
-        services.sweep_launch(
+        scheduler_service.sweep_launch(
             owner=alice, source=source, name="big", regimes=["sgt"], seeds=list(range(65))
         )
 
@@ -108,7 +109,9 @@ def test_outsiders_cannot_sweep_or_see_sweeps(
     client: Client, charlie: User, make_experiment: Callable[..., Experiment], alice: User
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = services.sweep_launch(owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0])
+    sweep = scheduler_service.sweep_launch(
+        owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0]
+    )
     client.force_login(charlie)
     assert client.get(reverse("experiments:sweep_create", args=[source.pk])).status_code == 404
     assert client.get(sweep.get_absolute_url()).status_code == 404
@@ -119,7 +122,7 @@ def test_selection_by_sweep_ids_and_filters(
     alice: User, charlie: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = services.sweep_launch(
+    sweep = scheduler_service.sweep_launch(
         owner=alice, source=source, name="g", regimes=["standalone", "sgt"], seeds=[0, 1]
     )
     other = make_experiment(
@@ -153,7 +156,9 @@ def test_the_compare_page_and_a_saved_comparison(
     client: Client, alice: User, bob: User, charlie: User, make_experiment: Callable
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = services.sweep_launch(owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0])
+    sweep = scheduler_service.sweep_launch(
+        owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0]
+    )
     client.force_login(alice)
     page = client.get(reverse("experiments:compare"), {"sweep": sweep.pk, "preset": "fig5"})
     assert page.status_code == 200

@@ -22,6 +22,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from scheduler import service as scheduler_service
 from tests.webapp.test_fuzz_ingest import assert_reply_matches
 from webapp.core.models import ServiceHeartbeat
 from webapp.core.selectors import (
@@ -252,7 +253,7 @@ def test_the_experiment_page_shows_the_notice_only_while_no_worker_is_fresh(
 def test_the_sweep_page_shows_the_notice_only_while_no_worker_is_fresh(
     client: Client, alice: User, experiment: Experiment
 ) -> None:
-    sweep = services.sweep_launch(
+    sweep = scheduler_service.sweep_launch(
         owner=alice, source=experiment, name="grid", regimes=["sgt"], seeds=[0]
     )
     client.force_login(alice)

@@ -217,7 +217,7 @@ def sweep_cell_name(sweep_name: str, regime: str, path: str, value: Any) -> str:
     return name[:64]
 
 
-def sweep_launch(
+def sweep_create(
     *,
     owner: AbstractBaseUser,
     source: Experiment,
@@ -229,10 +229,11 @@ def sweep_launch(
     description: str = "",
 ) -> Sweep:
     """One experiment per (regime x parameter value) over ``source``'s pool and settings,
-    each launched with every seed. Every cell's config is validated before anything is
-    stored: a bad cell raises :class:`SweepError` (or ``ConfigError``) and stores nothing.
-    The task's data paths, copied from ``source``, are checked again (the files may have
-    gone, or the experiment was saved before the checks)."""
+    each with every seed (``scheduler.service.sweep_launch`` launches them). Every cell's
+    config is validated before anything is stored: a bad cell raises :class:`SweepError`
+    (or ``ConfigError``) and stores nothing. The task's data paths, copied from
+    ``source``, are checked again (the files may have gone, or the experiment was saved
+    before the checks)."""
     source_config = source.config if isinstance(source.config, dict) else {}
     problems = task_data_problems(source_config.get("task"))
     if problems:
@@ -285,7 +286,6 @@ def sweep_launch(
             )
             experiment.sweep = sweep
             experiment.save(update_fields=["sweep"])
-            experiment_launch(experiment)
     return sweep
 
 
@@ -338,17 +338,6 @@ def runs_create(experiment: Experiment, *, state: str = Run.State.DRAFT) -> list
                 )
             )
             RunStateChange.objects.create(run=runs[-1], state=state, at=now)
-    return runs
-
-
-def experiment_launch(experiment: Experiment) -> list[Run]:
-    """Queue one run per seed of ``experiment``; each is submitted once this commits."""
-    from scheduler.service import enqueue_submit  # the scheduler imports this module
-
-    with transaction.atomic():
-        runs = runs_create(experiment, state=Run.State.QUEUED)
-        for run in runs:
-            enqueue_submit(run)
     return runs
 
 

@@ -91,7 +91,7 @@ def experiment_clone(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def experiment_launch(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = get_editable(request.user, Experiment.objects.all(), pk)
-    runs = services.experiment_launch(experiment)
+    runs = scheduler_service.experiment_launch(experiment)
     message = f"Queued {len(runs)} run(s) of {experiment.name}."
     notice = worker_status().notice("the runs will start when a worker is back")
     messages.success(request, f"{message} {notice}." if notice else message)
