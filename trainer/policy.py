@@ -42,7 +42,13 @@ from trainer import metrics as m
 from trainer.batch import build_sequences
 from trainer.chat import format_prompt
 from trainer.config import GRPOConfig, PolicyConfig
-from trainer.core import ADVANTAGE_ESTIMATORS, entropy_from_logits, policy_loss, token_log_probs
+from trainer.core import (
+    ADVANTAGE_ESTIMATORS,
+    entropy_from_logits,
+    policy_loss,
+    sft_nll_sum,
+    token_log_probs,
+)
 from trainer.models import load_causal_lm, load_tokenizer
 from trainer.remix.losses import RemixObjective, remix_policy_loss
 from trainer.rollout import HFRolloutEngine, RolloutBatch
@@ -532,7 +538,7 @@ class Policy:
                 self.model, input_ids[rows], attention_mask[rows], 1.0
             )
             mask = response_mask[rows, : width - 1]
-            nll_sum = -(token_log_probs(logits, targets) * mask).sum()
+            nll_sum = sft_nll_sum(token_log_probs(logits, targets), mask)
             (coef * nll_sum / total_tokens).backward()
             nll_total += nll_sum.item()
         return nll_total / total_tokens

@@ -20,6 +20,7 @@ from trainer.core.losses import (
     kl_k3,
     policy_loss,
     seq_mean_token_mean,
+    sft_nll_sum,
     token_log_probs,
     token_mean,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "kl_k3",
     "policy_loss",
     "seq_mean_token_mean",
+    "sft_nll_sum",
     "token_log_probs",
     "token_mean",
 ]

@@ -256,6 +256,26 @@ def token_log_probs(
     return selected - lse.view(tokens.shape)
 
 
+def sft_nll_sum(logp: Tensor, mask: Tensor) -> Tensor:
+    """SGT's auxiliary NLL (SPEC 4.3) of a micro-batch, summed: ``-sum(logp)`` over the
+    masked tokens (the rescued responses' tokens).
+
+    The trainer divides the sums of all micro-batches by the auxiliary token count, which
+    makes the token-mean NLL ``L_NLL(rescued)`` that ``lambda_sgt`` weights. ``logp`` are
+    the target tokens' log-probs at temperature 1 (:func:`token_log_probs` of the plain
+    logits: a supervised cross-entropy, as in SFT).
+
+    Args:
+        logp: ``Tensor[N, T]``.
+        mask: ``Tensor[N, T]`` bool or 0/1.
+
+    Returns:
+        ``Tensor[]``, >= 0; 0 for an empty mask. Masked-out positions get no gradient,
+        whatever they hold (NaN included).
+    """
+    return -_masked(logp, _bool_mask(mask, logp)).sum()
+
+
 # --- the full GRPO policy loss ------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from trainer.core import (
     entropy_from_logits,
     kl_k3,
     policy_loss,
+    sft_nll_sum,
     token_log_probs,
 )
 
@@ -247,6 +248,22 @@ def test_token_log_probs_by_hand() -> None:
         atol=1e-10,
         rtol=0,
     )
+
+
+def test_sgt_nll_by_hand() -> None:
+    # Two rescued responses, p = 0.7 then 0.1 on the first, 0.5 on the second (its second
+    # position is padding and holds NaN): NLL = ln(1/0.7) + ln(1/0.1) + ln(1/0.5)
+    # = 0.3566749439 + 2.3025850930 + 0.6931471806 = 3.3524072175 over 3 tokens.
+    logp = torch.tensor([[LN(0.7), LN(0.1)], [LN(0.5), math.nan]], requires_grad=True)
+    mask = torch.tensor([[1, 1], [1, 0]])
+    nll = sft_nll_sum(logp, mask)
+    torch.testing.assert_close(nll, torch.tensor(3.3524072175), atol=1e-6, rtol=0)
+    (nll / mask.sum()).backward()  # the token mean, as the trainer takes it
+    assert logp.grad is not None
+    torch.testing.assert_close(
+        logp.grad, torch.tensor([[-1 / 3, -1 / 3], [-1 / 3, 0.0]]), atol=1e-7, rtol=0
+    )
+    assert sft_nll_sum(logp, torch.zeros(2, 2, dtype=torch.bool)).item() == 0.0
 
 
 @pytest.mark.parametrize("chunk_tokens", [1, 3, 1024])
