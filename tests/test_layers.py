@@ -81,7 +81,7 @@ def imports_of(module: str, path: Path) -> list[str]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             names.append(base)
-            names += [f"{base}.{alias.name}" for alias in node.names if layer(base) is not None]
+            names += [f"{base}.{alias.name}" for alias in node.names]
     return [name for name in names if layer(name) is not None]
 
 
@@ -91,7 +91,7 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
         for name in upward_imports(module, imports_of(module, path)):
             problems.append(
                 f"{path.relative_to(REPO)} ({LAYER_NAMES[layer(module) or 0]}) imports "
-                f"{name} ({LAYER_NAMES[layer(name) or 0]})"
+                f"{name} ({LAYER_NAMES[_layer_when_imported(name)]})"
             )
     assert not problems, "upward imports:\n" + "\n".join(problems)
 

@@ -16,7 +16,7 @@ from trainer.cli import main as cli_main
 from trainer.config import RunConfig
 from trainer.spool import decode_value, read_points
 from trainer.tasks.arithmetic import ArithmeticTask, make_expression
-from trainer.zoo import COMPLEMENTARY_IDS, build_zoo
+from trainer.zoo import COMPLEMENTARY_IDS
 from trainer.zoo import build as zoo_build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,13 +26,6 @@ OWN_SKILL = {
     "tiny-qwen-bpe-sub": "subtraction",
     "tiny-gpt2-unigram-mul": "multiplication",
 }
-
-
-@pytest.fixture(scope="module")
-def complementary_zoo(zoo_dir: Path) -> Path:
-    """The complementary policies, built beside the normal zoo (cached like it)."""
-    build_zoo(zoo_dir, seed=0, ids=COMPLEMENTARY_IDS)
-    return zoo_dir
 
 
 def test_multiplication_level_and_skills() -> None:

@@ -17,7 +17,6 @@ from trainer.policy import Policy
 from trainer.regimes.prp import PRP
 from trainer.tasks import Problem
 from trainer.tasks.arithmetic import ArithmeticTask
-from trainer.zoo import COMPLEMENTARY_IDS, build_zoo
 
 POOL = {"add": "tiny-llama-char-add", "sub": "tiny-qwen-bpe-sub"}
 CONFIG = {
@@ -25,13 +24,6 @@ CONFIG = {
     "regime": "prp",
     "prp": {"k_peer": 2, "is_correction": True, "c_bar": 1.0},
 }
-
-
-@pytest.fixture(scope="module")
-def complementary_zoo(zoo_dir: Path) -> Path:
-    """The complementary policies, built beside the normal zoo (cached like it)."""
-    build_zoo(zoo_dir, seed=0, ids=COMPLEMENTARY_IDS)
-    return zoo_dir
 
 
 def _policy(name: str, zoo_dir: Path, config: RunConfig) -> Policy:

@@ -8,42 +8,20 @@ Real tiny models of the complementary zoo, the settings of examples/complementar
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.trainer.zoo_policy import pool_member_policy
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy
 from trainer.regimes.sgt import SGT
-from trainer.tasks import get_reward
 from trainer.tasks.arithmetic import ArithmeticTask
-from trainer.zoo import COMPLEMENTARY_IDS, build_zoo
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples/complementary.json"
 PEER, LEARNER = "llama-char-add", "qwen-bpe-sub"
-
-
-@pytest.fixture(scope="module")
-def complementary_zoo(zoo_dir: Path) -> Path:
-    """The complementary policies, built beside the normal zoo (cached like it)."""
-    build_zoo(zoo_dir, seed=0, ids=COMPLEMENTARY_IDS)
-    return zoo_dir
-
-
-def _policy(config: RunConfig, name: str, zoo_dir: Path) -> Policy:
-    member = next(p for p in config.pool if p.name == name)
-    model_dir = zoo_dir / member.model.removeprefix("zoo:")
-    torch.manual_seed(0)
-    return Policy(
-        dataclasses.replace(member, model=str(model_dir)),
-        config.grpo,
-        model_dir=model_dir,
-        tokenizer_dir=model_dir,
-        reward_fn=get_reward("math"),
-    )
 
 
 def _answer_logp(policy: Policy, prompts: list[list[int]], answers: list[list[int]]) -> list[float]:
@@ -55,9 +33,10 @@ def test_an_sgt_update_raises_the_rescued_answers_log_probability(
     complementary_zoo: Path,
 ) -> None:
     config = RunConfig.from_file(EXAMPLE)
-    peer = _policy(config, PEER, complementary_zoo)
-    learner = _policy(config, LEARNER, complementary_zoo)
-    twin = _policy(config, LEARNER, complementary_zoo)  # the same step without the rescues
+    peer = pool_member_policy(config, PEER, complementary_zoo)
+    learner = pool_member_policy(config, LEARNER, complementary_zoo)
+    # The twin takes the same step without the rescues.
+    twin = pool_member_policy(config, LEARNER, complementary_zoo)
     problems = ArithmeticTask(seed=0, levels=(3,), val_size=4).validation()  # addition
     torch.manual_seed(1)
     peer_rollouts, own_rollouts = peer.rollout(problems), learner.rollout(problems)

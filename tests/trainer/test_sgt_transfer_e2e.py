@@ -15,7 +15,6 @@ several steps, processes and the exchange.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -25,22 +24,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.trainer.test_complementary import OWN_SKILL
+from tests.trainer.zoo_policy import pool_member_policy
 from trainer.checkpoint import checkpoint_dir, load_weights
 from trainer.config import RunConfig
 from trainer.policy import Policy
 from trainer.spool import read_events
-from trainer.tasks import Problem, get_reward, make_task
-from trainer.zoo import COMPLEMENTARY_IDS, build_zoo
+from trainer.tasks import Problem, make_task
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples/complementary.json"
 STEPS = 8
-
-
-@pytest.fixture(scope="module")
-def complementary_zoo(zoo_dir: Path) -> Path:
-    build_zoo(zoo_dir, seed=0, ids=COMPLEMENTARY_IDS)
-    return zoo_dir
 
 
 def _train(regime: str, zoo_dir: Path, tmp_path: Path) -> tuple[RunConfig, Path]:
@@ -64,15 +58,7 @@ def _train(regime: str, zoo_dir: Path, tmp_path: Path) -> tuple[RunConfig, Path]
 
 
 def _trained_policy(config: RunConfig, name: str, zoo_dir: Path, run_dir: Path) -> Policy:
-    member = next(p for p in config.pool if p.name == name)
-    model_dir = zoo_dir / member.model.removeprefix("zoo:")
-    policy = Policy(
-        dataclasses.replace(member, model=str(model_dir)),
-        config.grpo,
-        model_dir=model_dir,
-        tokenizer_dir=model_dir,
-        reward_fn=get_reward("math"),
-    )
+    policy = pool_member_policy(config, name, zoo_dir)
     load_weights(checkpoint_dir(run_dir, STEPS) / name / "model.safetensors", policy.model)
     return policy
 
@@ -97,11 +83,12 @@ def test_sgt_makes_the_rescued_answers_more_likely_than_standalone_does(
 
     task = make_task(sgt_config.task, seed=sgt_config.seed)  # the runs' own train stream
     problems = {p.id: p for step in range(1, STEPS + 1) for p in task.train_batch(step, 16)}
+    own_skill = {p.name: OWN_SKILL[p.model.removeprefix("zoo:")] for p in sgt_config.pool}
     rescues: dict[str, list[tuple[Problem, str]]] = {}
     for event in read_events(sgt_run):
         assert event["kind"] == "success"
         problem = problems[event["prompt_id"]]
-        assert problem.skill != _own_skill(event["target"]), event  # a foreign skill
+        assert problem.skill != own_skill[event["target"]], event  # a foreign skill
         for sample in event["samples"]:
             rescues.setdefault(event["target"], []).append((problem, sample["text"]))
     assert set(rescues) == {p.name for p in sgt_config.pool}, "some policy was never rescued"
@@ -117,10 +104,3 @@ def test_sgt_makes_the_rescued_answers_more_likely_than_standalone_does(
         # Log-prob of a whole answer (a few tokens), in nats; seed 0 moved them by 4 (the
         # char-level llama) to 18 nats (gpt2) over the 65 to 69 rescues of 8 steps.
         assert under_sgt > standalone + 2.0, (learner, len(rescued), under_sgt, standalone)
-
-
-def _own_skill(policy: str) -> str:
-    """The skill a complementary pool member was warm-started on (its name says)."""
-    return {"add": "addition", "sub": "subtraction", "mul": "multiplication"}[
-        policy.rsplit("-", 1)[1]
-    ]
