@@ -208,9 +208,13 @@ def no_job_left_behind() -> Iterator[None]:
 
 
 def slurm_jobs(run: Run) -> list[tuple[str, str]]:
-    """(job id, state) of every job Slurm lists under the run's job name."""
+    """(job id, state) of every job Slurm lists under the run's job name, oldest first.
+
+    Sorted by the job id's number: as strings, job 100 would come before job 98.
+    """
     name = f"mrl-{service.job_spec(run).name}"
-    return sorted((job.job_id, job.state) for job in slurm.squeue().values() if job.name == name)
+    jobs = [(job.job_id, job.state) for job in slurm.squeue().values() if job.name == name]
+    return sorted(jobs, key=lambda job: int(job[0]))
 
 
 def job_log(run: Run) -> str:
