@@ -69,7 +69,7 @@ def main() -> None:
     django.setup()
     from django.contrib.auth.models import User
 
-    from scheduler import service
+    from scheduler.cancel import cancel
     from webapp.experiments import services
     from webapp.experiments.models import Run
 
@@ -126,13 +126,13 @@ def main() -> None:
                     time.sleep(0.005)
                 assert run is not None, "no job id within 60 s"
                 with_job.append(time.perf_counter() - start)
-                service.cancel(run.pk)
+                cancel(run.pk)
             rows.append((backend, posted, with_job))
     finally:
         server.terminate()
         worker.terminate()
         for run in Run.objects.exclude(slurm_job_id="").exclude(state="cancelled"):
-            service.cancel(run.pk)
+            cancel(run.pk)
 
     print(f"\n{args.launches} launches per backend; milliseconds\n")
     print("| backend | form POST -> redirect, p50 / p95 | form POST -> job id, p50 / p95 |")

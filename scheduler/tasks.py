@@ -10,7 +10,7 @@ from celery import Task, shared_task
 from celery.signals import worker_init, worker_ready
 from django.conf import settings
 
-from scheduler import service, watchdog
+from scheduler import cancel, dispatch, packing, submit, sync, watchdog
 from scheduler.backends import BackendError
 from webapp.core.services import heartbeat_record
 
@@ -54,38 +54,41 @@ def _backoff(retries: int) -> float:
     return float(min(120, 2 ** (retries + 1)))
 
 
-@shared_task(bind=True, name=service.RUN_SUBMIT, max_retries=MAX_RETRIES)
+@shared_task(bind=True, name=dispatch.RUN_SUBMIT, max_retries=MAX_RETRIES)
 def run_submit(self: Task, run_id: int) -> str:
     """Claim queued run ``run_id`` and start its job (idempotent: a replay is skipped)."""
     try:
-        return service.submit(run_id)
+        return submit.submit(run_id)
     except BackendError as exc:
         if exc.transient and self.request.retries < MAX_RETRIES:
             raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
-        service.fail_submission(run_id, f"submission failed: {exc}")
+        submit.fail_submission(run_id, f"submission failed: {exc}")
         return "failed"
 
 
 @shared_task(name="scheduler.tasks.runs_sync")
 def runs_sync() -> dict[str, int]:
-    """Beat: move every active run to its job's state; re-send lost submissions; pack the
-    series of finished runs for comparisons."""
-    service.resend_stale_queued()
-    service.resend_stale_submissions()
+    """Beat: move every active run to its job's state; re-send lost submissions."""
+    sync.resend_stale_queued()
+    sync.resend_stale_submissions()
     try:
-        moved = service.sync()
+        return sync.sync()
     except BackendError as exc:  # the next tick tries again
         logger.warning("status sync skipped: %s", exc)
-        moved = {}
-    service.pack_finished_runs()
-    return moved
+        return {}
 
 
-@shared_task(bind=True, name=service.RUN_CANCEL, max_retries=MAX_RETRIES)
+@shared_task(name=dispatch.SERIES_PACK)
+def series_pack() -> int:
+    """Beat: pack the series of a few finished runs for comparisons; how many runs."""
+    return packing.pack_finished_runs()
+
+
+@shared_task(bind=True, name=dispatch.RUN_CANCEL, max_retries=MAX_RETRIES)
 def run_cancel(self: Task, run_id: int) -> str:
     """Stop run ``run_id``'s job and mark it cancelled."""
     try:
-        return service.cancel(run_id)
+        return cancel.cancel(run_id)
     except BackendError as exc:
         if exc.transient and self.request.retries < MAX_RETRIES:
             raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc

@@ -1,9 +1,9 @@
 """The layers point one way (issue 19): ``trainer`` <- ``webapp`` (models, state machine,
-domain services, selectors) <- ``scheduler`` (launch, submit, sync, cancel, resubmit)
-<- ``scheduler.tasks`` (Celery). A module may import its own layer and those below it,
-never one above, not even inside a function. The entry points (views, URL confs,
-settings, management commands, the Celery bootstrap in ``webapp/__init__.py``) sit on
-top and may import any layer.
+domain services, selectors) <- ``scheduler`` (launch, submit, sync and recovery, cancel,
+packing, and their shared helpers) <- ``scheduler.tasks`` (Celery). A module may import
+its own layer and those below it, never one above, not even inside a function. The entry
+points (views, URL confs, settings, management commands, the Celery bootstrap in
+``webapp/__init__.py``) sit on top and may import any layer.
 
 The imports are read from the source (AST), so a lazy import inside a function counts.
 """
@@ -101,13 +101,28 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     [
         # What the old code did: the domain service launched through the scheduler, and
         # the scheduler's service imported its own Celery tasks.
-        ("webapp.experiments.services", ["scheduler.service"], ["scheduler.service"]),
-        ("scheduler.service", ["scheduler.tasks"], ["scheduler.tasks"]),
+        ("webapp.experiments.services", ["scheduler.launch"], ["scheduler.launch"]),
+        ("scheduler.dispatch", ["scheduler.tasks"], ["scheduler.tasks"]),
         ("trainer.run", ["webapp.experiments.models"], ["webapp.experiments.models"]),
-        ("scheduler.tasks", ["scheduler.service", "webapp.core.services"], []),
-        ("scheduler.service", ["webapp.experiments.services", "trainer.mwra"], []),
-        ("webapp.experiments.views_pages", ["scheduler.service"], []),
-        ("webapp.core.management.commands.demo_setup", ["scheduler.service"], []),
+        # The scheduler's lifecycle modules are one layer: they import each other freely,
+        # and the tasks import them.
+        (
+            "scheduler.tasks",
+            ["scheduler.submit", "scheduler.sync", "scheduler.packing", "webapp.core.services"],
+            [],
+        ),
+        ("scheduler.sync", ["scheduler.run_job", "scheduler.dispatch"], []),
+        ("scheduler.launch", ["scheduler.dispatch", "webapp.experiments.services"], []),
+        ("scheduler.run_job", ["webapp.experiments.services", "trainer.mwra"], []),
+        ("scheduler.packing", ["webapp.experiments.series_packs"], []),
+        ("scheduler.sync", ["scheduler.tasks"], ["scheduler.tasks"]),
+        ("scheduler.packing", ["scheduler.tasks"], ["scheduler.tasks"]),
+        (
+            "webapp.experiments.views_pages",
+            ["scheduler.launch", "scheduler.dispatch", "scheduler.run_job"],
+            [],
+        ),
+        ("webapp.core.management.commands.demo_setup", ["scheduler.launch"], []),
         ("webapp.experiments.services", ["django.db", "trainer.config"], []),
         ("webapp.api.schema", ["webapp.api.views"], []),
         ("trainer.run", ["webapp.api.views"], ["webapp.api.views"]),
@@ -119,9 +134,21 @@ def test_the_rule_flags_exactly_the_upward_imports(
     assert upward_imports(module, imported) == upward
 
 
+def test_only_the_tasks_module_is_the_tasks_layer() -> None:
+    """Every other scheduler module, the lifecycle ones included, is the scheduler layer."""
+    scheduler = {module for module, _ in first_party_modules() if module.startswith("scheduler")}
+    lifecycle = {
+        f"scheduler.{name}"
+        for name in ("launch", "submit", "sync", "cancel", "packing", "dispatch", "run_job")
+    }
+    assert lifecycle <= scheduler and "scheduler.service" not in scheduler
+    assert {module for module in scheduler if layer(module) == 3} == {"scheduler.tasks"}
+    assert all(layer(module) == 2 for module in scheduler - {"scheduler.tasks"})
+
+
 def test_a_lazy_import_inside_a_function_is_read(tmp_path: Path) -> None:
     source = tmp_path / "services.py"
-    source.write_text("def launch():\n    from scheduler.service import enqueue_submit\n")
+    source.write_text("def launch():\n    from scheduler.dispatch import enqueue_submit\n")
     imported = imports_of("webapp.experiments.services", source)
-    assert "scheduler.service" in imported
+    assert "scheduler.dispatch" in imported
     assert upward_imports("webapp.experiments.services", imported)

@@ -16,7 +16,7 @@ The variables, grouped by integration:
 - Runs: ``MRL_RUN_ROOT`` (where run directories live), ``MRL_EXECUTOR`` (``local`` or
   ``slurm``); recovery: ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
   ``MRL_FORGOTTEN_GRACE_SECONDS``, ``MRL_TIME_LIMIT_RESUMES``; comparisons' read cache:
-  ``MRL_PACK_RUNS_PER_SYNC``.
+  ``MRL_SERIES_PACK_SECONDS``, ``MRL_PACK_RUNS_PER_SYNC``.
 - Task data: ``MRL_TASK_DATA_DIRS`` (where file tasks' train/val files may live).
 - Slurm defaults for submitted jobs: ``SLURM_PARTITION``, ``SLURM_ACCOUNT``,
   ``SLURM_QOS``, ``SLURM_TIME_LIMIT``, ``SLURM_GPUS_PER_NODE``.
@@ -261,6 +261,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "scheduler.tasks.runs_sync",
         "schedule": env.float("MRL_STATUS_SYNC_SECONDS", default=5.0),
     },
+    # Packs finished runs' series for comparisons (scheduler/packing.py), on its own tick:
+    # a slow pack never delays the status sync. The name is scheduler.dispatch.SERIES_PACK.
+    "series-pack": {
+        "task": "scheduler.tasks.series_pack",
+        "schedule": env.float("MRL_SERIES_PACK_SECONDS", default=5.0),
+    },
 }
 # A worker that can no longer consume exits non-zero so that its supervisor starts a new
 # one (scheduler/watchdog.py): after MRL_WORKER_STALL_SECONDS without a broker connection,
@@ -296,7 +302,7 @@ if any(not entry.startswith("/") for entry in TASK_DATA_DIRS):
         f"MRL_TASK_DATA_DIRS={TASK_DATA_DIRS!r}: give absolute directories, comma-separated"
     )
 
-# --- recovery (scheduler/service.py; beat's runs_sync applies them) -------------------
+# --- recovery (scheduler/sync.py, scheduler/submit.py; beat's runs_sync applies them) ---
 # A queued run nobody claimed (its message lost with the broker) is sent again after
 # MRL_STALE_QUEUED_SECONDS. A claimed run whose job id was never saved (the worker died
 # during sbatch; its message comes back only after the broker's visibility timeout) is
@@ -310,9 +316,9 @@ SCHEDULER_STALE_QUEUED_SECONDS = env.float("MRL_STALE_QUEUED_SECONDS", default=6
 SCHEDULER_STALE_SUBMIT_SECONDS = env.float("MRL_STALE_SUBMIT_SECONDS", default=300.0)
 SCHEDULER_FORGOTTEN_GRACE_SECONDS = env.float("MRL_FORGOTTEN_GRACE_SECONDS", default=60.0)
 SCHEDULER_TIME_LIMIT_RESUMES = env.int("MRL_TIME_LIMIT_RESUMES", default=3)
-# Each runs_sync tick packs the series of at most this many finished runs whose series
-# are not all packed yet (webapp/experiments/series_packs.py): a read cache for
-# comparisons.
+# Each series_pack tick (beat, every MRL_SERIES_PACK_SECONDS) packs the series of at most
+# this many finished runs whose series are not all packed yet
+# (webapp/experiments/series_packs.py): a read cache for comparisons.
 PACK_RUNS_PER_SYNC = env.int("MRL_PACK_RUNS_PER_SYNC", default=10)
 
 # --- slurm defaults (per-experiment forms may override) ------------------------------

@@ -12,7 +12,7 @@ import requests
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from scheduler import service as scheduler_service
+from scheduler.launch import sweep_launch
 from tests.conftest import log_in
 from webapp.experiments import services
 from webapp.experiments.models import Experiment, Run
@@ -73,7 +73,7 @@ def test_compare_regroup_smooth_and_download(
 ) -> None:
     base = live_server.url  # type: ignore[attr-defined]
     source = make_experiment(seeds=(0,))
-    sweep = scheduler_service.sweep_launch(
+    sweep = sweep_launch(
         owner=alice, source=source, name="cmp", regimes=["standalone", "sgt"], seeds=[0, 1]
     )
     for run in Run.objects.filter(experiment__sweep=sweep):

@@ -18,7 +18,7 @@ import requests
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from scheduler import service as scheduler_service
+from scheduler.launch import experiment_launch
 from tests.conftest import log_in
 from webapp.experiments import services
 from webapp.experiments.models import Experiment, Run
@@ -150,7 +150,7 @@ def test_the_sort_control_shows_the_order_used_and_survives_an_empty_filter(
 ) -> None:
     base_url = live_server.url  # type: ignore[attr-defined]
     for name in ("banana", "apple", "cherry"):  # created in this order
-        scheduler_service.experiment_launch(make_experiment(name=name, seeds=(0,)))
+        experiment_launch(make_experiment(name=name, seeds=(0,)))
     log_in(page, base_url, alice, "alice-password")
     page.goto(f"{base_url}/runs/")
     sort = page.locator("select[name=sort]")

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 LAUNCH = """
 from django.contrib.auth import get_user_model
 from tests.integration.test_run_lifecycle import tiny_config
-from scheduler import service as scheduler_service
+from scheduler.launch import experiment_launch
 from webapp.experiments import services
 experiment = services.experiment_create(
     owner=get_user_model().objects.get(username="demo"),
@@ -37,7 +37,7 @@ experiment = services.experiment_create(
     seeds=[0],
     resources={"backend": "local", "mem_gb": 2, "time_limit": "00:10:00"},
 )
-print(scheduler_service.experiment_launch(experiment)[0].pk)
+print(experiment_launch(experiment)[0].pk)
 """
 
 

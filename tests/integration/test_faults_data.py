@@ -469,7 +469,7 @@ def test_a_sigkilled_worker_fails_the_run_and_resubmit_resumes_it(
     scheduler_world: SchedulerWorld, alice: User
 ) -> None:
     """Killed after its first checkpoint; resubmitted the way the run page's button does
-    it (a POST to the view, which calls ``scheduler.service.resubmit``)."""
+    it (a POST to the view, which calls ``scheduler.launch.resubmit``)."""
     steps = 14
     run = launch(alice, "local", name="sigkill", steps=steps)
     watcher = Watcher(scheduler_world, run)

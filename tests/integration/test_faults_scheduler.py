@@ -37,9 +37,11 @@ from django.test import Client
 from kombu import pools as kombu_pools
 from kombu.exceptions import KombuError
 
-from scheduler import service, slurm
-from scheduler import service as scheduler_service
+from scheduler import slurm
 from scheduler.celery import app
+from scheduler.launch import experiment_launch
+from scheduler.run_job import job_spec
+from scheduler.sync import TIME_LIMIT_RESUMED
 from scheduler.tasks import runs_sync
 from tests.integration.conftest import (
     REPO,
@@ -161,7 +163,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> N
 # --------------------------------------------------------------------------- runs
 def launch(owner: User, name: str, *, seeds: tuple[int, ...] = (0,), **config: Any) -> list[Run]:
     """Queue one Slurm run per seed of a tiny two-policy experiment named ``name``."""
-    return scheduler_service.experiment_launch(experiment(owner, name, seeds=seeds, **config))
+    return experiment_launch(experiment(owner, name, seeds=seeds, **config))
 
 
 def experiment(
@@ -212,13 +214,13 @@ def slurm_jobs(run: Run) -> list[tuple[str, str]]:
 
     Sorted by the job id's number: as strings, job 100 would come before job 98.
     """
-    name = f"mrl-{service.job_spec(run).name}"
+    name = f"mrl-{job_spec(run).name}"
     jobs = [(job.job_id, job.state) for job in slurm.squeue().values() if job.name == name]
     return sorted(jobs, key=lambda job: int(job[0]))
 
 
 def job_log(run: Run) -> str:
-    return service.job_spec(run).log_path.read_text(errors="replace")
+    return job_spec(run).log_path.read_text(errors="replace")
 
 
 def job_starts(run: Run) -> list[str]:
@@ -256,7 +258,7 @@ def frozen(run: Run) -> Iterator[list[int]]:
 def trainer_processes(run: Run) -> list[int]:
     """The trainer processes of the run's job (one per policy): ``python -m trainer run``
     with its config file (srun's command line names it too; srun is left alone)."""
-    config = str(service.job_spec(run).config_path).encode()
+    config = str(job_spec(run).config_path).encode()
     pids = []
     for entry in Path("/proc").iterdir():
         try:
@@ -499,7 +501,7 @@ def test_a_job_killed_at_its_time_limit_resumes_from_its_checkpoint(
             checkpoint_every=5,
         )
         driver = Driver(worker)
-        spec = service.job_spec(run)
+        spec = job_spec(run)
         driver.until(lambda: latest_checkpoint(spec.run_dir) is not None, "a checkpoint")
         with frozen(run):
             driver.until_finished([run], timeout=330)
@@ -513,7 +515,7 @@ def test_a_job_killed_at_its_time_limit_resumes_from_its_checkpoint(
     assert states[:2] == ["queued", "submitted"] and "running" in states[:stop], states
     assert changes[stop][1].startswith("the job hit its time limit")
     resumed_state, resumed_note = changes[stop + 1]
-    assert resumed_state == "queued" and resumed_note.startswith(service.TIME_LIMIT_RESUMED)
+    assert resumed_state == "queued" and resumed_note.startswith(TIME_LIMIT_RESUMED)
     assert states[stop + 2 :].count("submitted") == 1 and states[-1] == "completed", states
     assert states.count("failed") == 1
     jobs = slurm_jobs(run)

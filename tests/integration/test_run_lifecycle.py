@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from scheduler import service as scheduler_service
+from scheduler.launch import experiment_launch
 from scheduler.tasks import runs_sync
 from tests.integration.conftest import SchedulerWorld
 from trainer import metrics as m
@@ -51,7 +51,7 @@ def launch(owner: User, backend: str, **config: Any) -> Run:
     experiment = services.experiment_create(
         owner=owner, config=tiny_config(**config), seeds=[0], resources=resources
     )
-    return scheduler_service.experiment_launch(experiment)[0]
+    return experiment_launch(experiment)[0]
 
 
 class Watcher:
@@ -188,7 +188,7 @@ def test_a_running_run_can_be_cancelled(
 def scheduler_service_cancel(run: Run) -> None:
     from django.db import transaction
 
-    from scheduler.service import enqueue_cancel
+    from scheduler.dispatch import enqueue_cancel
 
     with transaction.atomic():
         enqueue_cancel(run)
@@ -252,7 +252,7 @@ def test_a_cancelled_run_resubmitted_resumes_from_its_checkpoint(
 ) -> None:
     from django.db import transaction
 
-    from scheduler.service import resubmit
+    from scheduler.launch import resubmit
 
     steps = 10
     run = launch(alice, backend, name="resubmit", steps=steps)

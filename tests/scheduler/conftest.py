@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from scheduler import service
+from scheduler import dispatch, run_job
 from scheduler.backends import BackendError, JobStatus
 from scheduler.jobs import JobSpec
 from webapp.experiments import services
@@ -46,7 +46,7 @@ class FakeBackend:
 @pytest.fixture
 def backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeBackend:
     fake = FakeBackend()
-    monkeypatch.setattr(service, "backend_named", lambda name: fake)
+    monkeypatch.setattr(run_job, "backend_named", lambda name: fake)
     monkeypatch.setattr(settings, "RUN_ROOT", tmp_path / "runs")
     return fake
 
@@ -66,8 +66,8 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     ids: list[int] = []
 
     def send_task(name: str, args: list[int]) -> None:
-        if name == service.RUN_SUBMIT:
+        if name == dispatch.RUN_SUBMIT:
             ids.append(args[0])
 
-    monkeypatch.setattr(service.celery_app, "send_task", send_task)
+    monkeypatch.setattr(dispatch.celery_app, "send_task", send_task)
     return ids

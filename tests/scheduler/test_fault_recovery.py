@@ -14,9 +14,13 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from scheduler import service, slurm
+from scheduler import slurm
 from scheduler.backends import JobStatus, slurm_job_status
+from scheduler.cancel import cancel
 from scheduler.jobs import JobSpec, render_script, signal_lead_seconds, time_limit_seconds
+from scheduler.run_job import job_spec
+from scheduler.submit import SUBMIT_LOCK_CLASS, submit
+from scheduler.sync import TIME_LIMIT_RESUMED, resend_stale_queued, resend_stale_submissions, sync
 from tests.scheduler.conftest import FakeBackend
 from webapp.experiments import services
 from webapp.experiments.models import Run
@@ -41,7 +45,7 @@ def die_in_sbatch(backend: FakeBackend, run: Run, *, job_started: bool) -> Run:
 
     backend.submit = dying  # type: ignore[method-assign]
     with pytest.raises(WorkerDied):
-        service.submit(run.pk)
+        submit(run.pk)
     backend.submit = real_submit  # type: ignore[method-assign]
     return Run.objects.get(pk=run.pk)
 
@@ -118,20 +122,20 @@ def test_a_timed_out_run_is_resumed_with_the_reason_recorded(
     sent: list[int],
     django_capture_on_commit_callbacks: Callable[..., object],
 ) -> None:
-    service.submit(queued_run.pk)
+    submit(queued_run.pk)
     Run.objects.filter(pk=queued_run.pk).update(last_step=40)
     time_out(backend, "101")
     with django_capture_on_commit_callbacks(execute=True):
-        assert service.sync() == {"queued": 1}
+        assert sync() == {"queued": 1}
     run = Run.objects.get(pk=queued_run.pk)
     assert (run.state, run.slurm_job_id, run.failure_reason) == ("queued", "", "")
     assert sent == [run.pk]
     (failed, why), (queued, how) = notes(run)[-2:]
     assert failed == "failed" and why.startswith("the job hit its time limit")
-    assert queued == "queued" and how.startswith(service.TIME_LIMIT_RESUMED)
+    assert queued == "queued" and how.startswith(TIME_LIMIT_RESUMED)
     assert "job 101 stopped at step 40" in how and "(1 of 3)" in how
     assert run.status_message == how
-    assert service.submit(run.pk) == "submitted 102"  # the next job (its script resumes)
+    assert submit(run.pk) == "submitted 102"  # the next job (its script resumes)
 
 
 def test_time_limit_resumes_are_bounded(
@@ -143,10 +147,10 @@ def test_time_limit_resumes_are_bounded(
 ) -> None:
     monkeypatch.setattr(settings, "SCHEDULER_TIME_LIMIT_RESUMES", 1)
     for job_id in ("101", "102"):
-        service.submit(queued_run.pk)
+        submit(queued_run.pk)
         time_out(backend, job_id)
         with django_capture_on_commit_callbacks(execute=True):
-            service.sync()
+            sync()
     run = Run.objects.get(pk=queued_run.pk)
     assert run.state == "failed"
     assert run.failure_reason.startswith("the job hit its time limit (resumed 1 times)")
@@ -180,12 +184,12 @@ def test_a_claim_without_a_job_id_is_sent_again_once_stale(
 ) -> None:
     run = die_in_sbatch(backend, queued_run, job_started=False)
     assert (run.state, run.slurm_job_id) == ("submitted", "")
-    assert service.resend_stale_submissions() == 0  # as fresh as an attempt under way
+    assert resend_stale_submissions() == 0  # as fresh as an attempt under way
     aged(run)
-    assert service.resend_stale_submissions() == 1
+    assert resend_stale_submissions() == 1
     assert sent == [queued_run.pk]
     Run.objects.filter(pk=queued_run.pk).update(slurm_job_id="101")
-    assert service.resend_stale_submissions() == 0
+    assert resend_stale_submissions() == 0
 
 
 def test_a_run_its_trainer_moved_on_without_a_job_id_is_sent_again(
@@ -193,16 +197,16 @@ def test_a_run_its_trainer_moved_on_without_a_job_id_is_sent_again(
 ) -> None:
     run = aged(die_in_sbatch(backend, queued_run, job_started=True))
     services.run_transition(run, Run.State.RUNNING, status_message="step 1/4")  # fresh
-    assert service.resend_stale_submissions() == 1  # by its claim, not its last report
+    assert resend_stale_submissions() == 1  # by its claim, not its last report
 
 
 def test_the_thresholds_come_from_settings(
     queued_run: Run, sent: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(settings, "SCHEDULER_STALE_QUEUED_SECONDS", 0.0)
-    assert service.resend_stale_queued() == 1
+    assert resend_stale_queued() == 1
     monkeypatch.setattr(settings, "SCHEDULER_STALE_QUEUED_SECONDS", 3600.0)
-    assert service.resend_stale_queued() == 0
+    assert resend_stale_queued() == 0
 
 
 def test_a_retry_adopts_the_job_a_dead_worker_started(
@@ -210,7 +214,7 @@ def test_a_retry_adopts_the_job_a_dead_worker_started(
 ) -> None:
     run = aged(die_in_sbatch(backend, queued_run, job_started=True))
     services.run_transition(run, Run.State.RUNNING)  # its trainer reported meanwhile
-    assert service.submit(run.pk) == "submitted 101"
+    assert submit(run.pk) == "submitted 101"
     run.refresh_from_db()
     assert (run.state, run.slurm_job_id, len(backend.submitted)) == ("running", "101", 1)
 
@@ -222,10 +226,10 @@ def test_a_run_whose_trainer_reported_is_never_given_a_second_job(
     services.run_transition(run, Run.State.RUNNING)
     backend.running.clear()  # its job is gone: the backend lists it no more
     monkeypatch.setattr(settings, "SCHEDULER_FORGOTTEN_GRACE_SECONDS", 3600.0)
-    assert service.submit(run.pk).startswith("skipped")
+    assert submit(run.pk).startswith("skipped")
     assert Run.objects.get(pk=run.pk).state == "running"
     monkeypatch.setattr(settings, "SCHEDULER_FORGOTTEN_GRACE_SECONDS", 60.0)
-    assert service.submit(run.pk).startswith("ended")
+    assert submit(run.pk).startswith("ended")
     run.refresh_from_db()
     assert run.state == "failed" and "disappeared" in run.failure_reason
     assert len(backend.submitted) == 1
@@ -234,14 +238,14 @@ def test_a_run_whose_trainer_reported_is_never_given_a_second_job(
 def test_a_job_that_ended_before_its_id_was_saved_is_not_started_again(
     backend: FakeBackend, queued_run: Run
 ) -> None:
-    spec = service.job_spec(queued_run)
+    spec = job_spec(queued_run)
     spec.exit_code_path.parent.mkdir(parents=True)
     spec.exit_code_path.write_text("3\n")  # the last submission's: cleared by the claim
     run = aged(die_in_sbatch(backend, queued_run, job_started=True))
     assert not spec.exit_code_path.exists()
     spec.exit_code_path.write_text("0\n")  # this one's job ran while nobody watched
     backend.running.clear()  # and ended
-    assert service.submit(run.pk).startswith("ended")
+    assert submit(run.pk).startswith("ended")
     run.refresh_from_db()
     assert (run.state, run.exit_code, len(backend.submitted)) == ("completed", 0, 1)
 
@@ -249,10 +253,10 @@ def test_a_job_that_ended_before_its_id_was_saved_is_not_started_again(
 def test_a_stale_exit_code_is_cleared_before_the_claim(
     backend: FakeBackend, queued_run: Run
 ) -> None:
-    spec = service.job_spec(queued_run)
+    spec = job_spec(queued_run)
     spec.exit_code_path.parent.mkdir(parents=True)
     spec.exit_code_path.write_text("3\n")
-    assert service.submit(queued_run.pk) == "submitted 101"
+    assert submit(queued_run.pk) == "submitted 101"
 
 
 def test_an_attempt_stays_out_while_another_holds_the_runs_lock(
@@ -262,15 +266,13 @@ def test_an_attempt_stays_out_while_another_holds_the_runs_lock(
     db = connection.settings_dict
     url = f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     with psycopg.connect(url, autocommit=True) as other_worker:
-        other_worker.execute(
-            "SELECT pg_advisory_lock(%s, %s)", (service.SUBMIT_LOCK_CLASS, queued_run.pk)
-        )
-        assert service.submit(queued_run.pk) == "skipped: another attempt is submitting this run"
+        other_worker.execute("SELECT pg_advisory_lock(%s, %s)", (SUBMIT_LOCK_CLASS, queued_run.pk))
+        assert submit(queued_run.pk) == "skipped: another attempt is submitting this run"
         assert Run.objects.get(pk=queued_run.pk).state == "queued"
         other_worker.execute(
-            "SELECT pg_advisory_unlock(%s, %s)", (service.SUBMIT_LOCK_CLASS, queued_run.pk)
+            "SELECT pg_advisory_unlock(%s, %s)", (SUBMIT_LOCK_CLASS, queued_run.pk)
         )
-    assert service.submit(queued_run.pk) == "submitted 101"
+    assert submit(queued_run.pk) == "submitted 101"
     assert len(backend.submitted) == 1
 
 
@@ -281,10 +283,10 @@ def test_a_run_cancelled_before_its_job_id_was_saved_gets_its_job_cancelled(
 
     def submit_while_the_user_cancels(spec: JobSpec) -> str:
         job_id = real_submit(spec)
-        service.cancel(spec.run_id)  # no job id yet: nothing to stop
+        cancel(spec.run_id)  # no job id yet: nothing to stop
         return job_id
 
     backend.submit = submit_while_the_user_cancels  # type: ignore[method-assign]
-    service.submit(queued_run.pk)
+    submit(queued_run.pk)
     run = Run.objects.get(pk=queued_run.pk)
     assert (run.state, run.slurm_job_id, backend.cancelled) == ("cancelled", "", ["101"])

@@ -6,15 +6,23 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
+from django.db import DatabaseError
 from django.test import Client
 from django.utils import timezone
 
-from scheduler import service
 from scheduler.backends import BackendError, JobStatus
+from scheduler.cancel import cancel
+from scheduler.celery import app as celery_app
+from scheduler.dispatch import SERIES_PACK
+from scheduler.run_job import job_spec, last_words
+from scheduler.submit import submit
+from scheduler.sync import resend_stale_queued, sync
+from scheduler.tasks import runs_sync, series_pack
 from tests.scheduler.conftest import FakeBackend
 from webapp.api.batch import parse_batch
 from webapp.api.ingest import metrics_ingest
-from webapp.experiments import services
+from webapp.experiments import series_packs, services
 from webapp.experiments.models import Run, SeriesPack
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +31,7 @@ pytestmark = pytest.mark.django_db
 def test_submit_claims_writes_the_job_and_records_its_id(
     backend: FakeBackend, queued_run: Run
 ) -> None:
-    assert service.submit(queued_run.pk) == "submitted 101"
+    assert submit(queued_run.pk) == "submitted 101"
     run = Run.objects.get(pk=queued_run.pk)
     assert (run.state, run.slurm_job_id, run.backend) == ("submitted", "101", "slurm")
     spec = backend.submitted[0]
@@ -35,8 +43,8 @@ def test_submit_claims_writes_the_job_and_records_its_id(
 
 
 def test_a_replayed_submit_does_nothing(backend: FakeBackend, queued_run: Run) -> None:
-    service.submit(queued_run.pk)
-    assert service.submit(queued_run.pk) == "skipped: the run is submitted"
+    submit(queued_run.pk)
+    assert submit(queued_run.pk) == "skipped: the run is submitted"
     assert len(backend.submitted) == 1
 
 
@@ -45,8 +53,8 @@ def test_a_retry_after_a_crash_adopts_the_job_it_started(
 ) -> None:
     # The first attempt claimed the run and started the job, then died before saving the id.
     services.run_transition(queued_run, Run.State.SUBMITTED, backend="slurm")
-    backend.running[service.job_spec(queued_run).name] = "555"
-    assert service.submit(queued_run.pk) == "submitted 555"
+    backend.running[job_spec(queued_run).name] = "555"
+    assert submit(queued_run.pk) == "submitted 555"
     assert backend.submitted == []
     assert Run.objects.get(pk=queued_run.pk).slurm_job_id == "555"
 
@@ -54,33 +62,33 @@ def test_a_retry_after_a_crash_adopts_the_job_it_started(
 def test_a_transient_error_is_raised_for_a_retry(backend: FakeBackend, queued_run: Run) -> None:
     backend.fail_with = BackendError("Unable to contact slurm controller", transient=True)
     with pytest.raises(BackendError):
-        service.submit(queued_run.pk)
+        submit(queued_run.pk)
     assert Run.objects.get(pk=queued_run.pk).state == "submitted"  # claimed, no job yet
     backend.fail_with = None
-    assert service.submit(queued_run.pk) == "submitted 101"
+    assert submit(queued_run.pk) == "submitted 101"
 
 
 def test_a_permanent_error_fails_the_run_with_the_reason(
     backend: FakeBackend, queued_run: Run
 ) -> None:
     backend.fail_with = BackendError("sbatch: error: invalid partition specified: gpu")
-    assert service.submit(queued_run.pk) == "failed"
+    assert submit(queued_run.pk) == "failed"
     run = Run.objects.get(pk=queued_run.pk)
     assert run.state == "failed" and "invalid partition" in run.failure_reason
 
 
 def test_sync_follows_the_job_through_its_states(backend: FakeBackend, queued_run: Run) -> None:
-    service.submit(queued_run.pk)
+    submit(queued_run.pk)
     for job_state, expected in [("pending", "pending"), ("running", "running")]:
         backend.states["101"] = JobStatus(job_state, node="gpu-7")
-        service.sync()
+        sync()
         assert Run.objects.get(pk=queued_run.pk).state == expected
     backend.states["101"] = JobStatus("failed", 1, "gpu-7", "the job failed (exit code 1)")
-    assert service.sync() == {"failed": 1}
+    assert sync() == {"failed": 1}
     run = Run.objects.get(pk=queued_run.pk)
     assert (run.state, run.exit_code, run.node) == ("failed", 1, "gpu-7")
     assert run.failure_reason.startswith("the job failed (exit code 1)")
-    assert service.sync() == {}  # terminal runs are left alone
+    assert sync() == {}  # terminal runs are left alone
 
 
 def _ingest(run: Run, steps: range) -> None:
@@ -98,62 +106,104 @@ def _packed(run: Run) -> list[tuple[str, int]]:
     return [(pack.series.policy, len(pack.steps) // 4) for pack in packs]
 
 
-def test_the_sync_packs_finished_runs_and_again_after_late_points(
+def test_the_pack_task_packs_finished_runs_and_again_after_late_points(
     backend: FakeBackend, queued_run: Run
 ) -> None:
-    service.submit(queued_run.pk)
+    submit(queued_run.pk)
     backend.states["101"] = JobStatus("running", node="gpu-7")
-    service.sync()
+    sync()
     run = Run.objects.get(pk=queued_run.pk)
     _ingest(run, range(5))
-    assert service.pack_finished_runs() == 0  # running: its series still change
+    assert series_pack() == 0  # running: its series still change
     assert not SeriesPack.objects.exists()
     backend.states["101"] = JobStatus("completed", 0, "gpu-7")
-    assert service.sync() == {"completed": 1}
-    assert service.pack_finished_runs() == 1
+    assert sync() == {"completed": 1}
+    assert series_pack() == 1
     assert _packed(run) == [("llama", 5), ("qwen", 5)]
     assert Run.objects.get(pk=run.pk).series_packed
-    assert service.pack_finished_runs() == 0  # nothing left to pack
+    assert series_pack() == 0  # nothing left to pack
     # Late points (a spool shipped after the end) drop the packs and the mark; the next
     # tick packs the run again, with them.
     _ingest(run, range(5, 8))
     assert _packed(run) == [] and not Run.objects.get(pk=run.pk).series_packed
-    assert service.pack_finished_runs() == 1
+    assert series_pack() == 1
     assert _packed(run) == [("llama", 8), ("qwen", 8)]
 
 
+def test_the_status_sync_no_longer_packs(
+    backend: FakeBackend, queued_run: Run, sent: list[int]
+) -> None:
+    """Packing has its own beat task: ``runs_sync`` ends a run and leaves its series to it."""
+    submit(queued_run.pk)
+    run = Run.objects.get(pk=queued_run.pk)
+    _ingest(run, range(5))
+    backend.states["101"] = JobStatus("completed", 0, "gpu-7")
+    assert runs_sync() == {"completed": 1}
+    assert runs_sync() == {}
+    assert not SeriesPack.objects.exists() and not Run.objects.get(pk=run.pk).series_packed
+    assert series_pack() == 1
+    assert _packed(run) == [("llama", 5), ("qwen", 5)]
+    assert sent == []  # nothing was stale
+
+
+def test_a_failed_pack_is_logged_and_left_for_the_next_tick(
+    backend: FakeBackend, queued_run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    submit(queued_run.pk)
+    _ingest(Run.objects.get(pk=queued_run.pk), range(5))
+    backend.states["101"] = JobStatus("completed", 0, "gpu-7")
+    sync()
+
+    def broken(max_runs: int) -> tuple[int, int]:
+        raise DatabaseError("canceling statement due to statement timeout")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(series_packs, "packs_sweep", broken)
+        assert series_pack() == 0
+    assert not SeriesPack.objects.exists()
+    assert series_pack() == 1
+
+
+def test_beat_runs_the_pack_task_on_its_own_tick() -> None:
+    schedule = {entry["task"]: entry for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert {"scheduler.tasks.runs_sync", SERIES_PACK} <= schedule.keys()
+    assert float(schedule[SERIES_PACK]["schedule"]) > 0
+    assert series_pack.name == SERIES_PACK and SERIES_PACK in celery_app.tasks
+    assert runs_sync.name in celery_app.tasks
+
+
 def test_a_forgotten_job_ends_by_its_exit_code_file(backend: FakeBackend, queued_run: Run) -> None:
-    service.submit(queued_run.pk)
+    submit(queued_run.pk)
     Run.objects.filter(pk=queued_run.pk).update(submitted_at=timezone.now() - timedelta(minutes=5))
-    spec = service.job_spec(Run.objects.get(pk=queued_run.pk))
+    spec = job_spec(Run.objects.get(pk=queued_run.pk))
     spec.exit_code_path.write_text("0\n")
-    service.sync()
+    sync()
     run = Run.objects.get(pk=queued_run.pk)
     assert (run.state, run.exit_code) == ("completed", 0)
 
 
 def test_a_job_forgotten_without_a_trace_fails(backend: FakeBackend, queued_run: Run) -> None:
-    service.submit(queued_run.pk)
-    service.sync()  # just submitted: given time to show up
+    submit(queued_run.pk)
+    sync()  # just submitted: given time to show up
     assert Run.objects.get(pk=queued_run.pk).state == "submitted"
     Run.objects.filter(pk=queued_run.pk).update(submitted_at=timezone.now() - timedelta(minutes=5))
-    service.sync()
+    sync()
     run = Run.objects.get(pk=queued_run.pk)
     assert run.state == "failed" and "disappeared" in run.failure_reason
 
 
 def test_cancel_stops_the_job_and_marks_the_run(backend: FakeBackend, queued_run: Run) -> None:
-    service.submit(queued_run.pk)
-    assert service.cancel(queued_run.pk) == "cancelled"
+    submit(queued_run.pk)
+    assert cancel(queued_run.pk) == "cancelled"
     assert backend.cancelled == ["101"]
     assert Run.objects.get(pk=queued_run.pk).state == "cancelled"
-    assert service.cancel(queued_run.pk) == "skipped: the run is cancelled"
+    assert cancel(queued_run.pk) == "skipped: the run is cancelled"
 
 
 def test_stale_queued_runs_are_sent_again(queued_run: Run, sent: list[int]) -> None:
-    assert service.resend_stale_queued() == 0
+    assert resend_stale_queued() == 0
     Run.objects.filter(pk=queued_run.pk).update(queued_at=timezone.now() - timedelta(minutes=5))
-    assert service.resend_stale_queued() == 1
+    assert resend_stale_queued() == 1
     assert sent == [queued_run.pk]
 
 
@@ -162,7 +212,7 @@ def test_the_trainers_last_word_waits_for_the_jobs_end(
 ) -> None:
     """A job's trainer saying "failed" makes the run completing; the sync ends it with
     the job's exit code and keeps the trainer's message first in the reason."""
-    service.submit(queued_run.pk)
+    submit(queued_run.pk)
     token = backend.submitted[0].token_path.read_text()
     response = client.post(
         f"/api/v1/runs/{queued_run.pk}/ingest",
@@ -173,7 +223,7 @@ def test_the_trainers_last_word_waits_for_the_jobs_end(
     assert response.status_code == 200, response.content
     assert Run.objects.get(pk=queued_run.pk).state == "completing"
     backend.states["101"] = JobStatus("failed", 1, "gpu-7", "the job failed (exit code 1)")
-    service.sync()
+    sync()
     run = Run.objects.get(pk=queued_run.pk)
     assert (run.state, run.exit_code) == ("failed", 1)
     assert run.failure_reason.startswith("RuntimeError: NaN loss\nthe job failed (exit code 1)")
@@ -190,7 +240,7 @@ def test_the_failure_reason_quotes_the_trainer_not_the_launcher() -> None:
             "[job] trainer exited with 2",
         ]
     )
-    assert service.last_words(log) == [
+    assert last_words(log) == [
         "error: cannot load the pool's models:",
         "  pool[1] (gpt2): no model at /nonexistent/model-dir",
     ]

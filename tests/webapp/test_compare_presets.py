@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from scheduler import service as scheduler_service
+from scheduler.launch import sweep_launch
 from trainer import metrics as m
 from webapp.experiments.views_compare import PRESETS
 
@@ -22,7 +22,7 @@ def test_the_complementary_preset_shows_validation_per_skill_by_regime(
     client: Client, alice: User, make_experiment: Callable
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = scheduler_service.sweep_launch(
+    sweep = sweep_launch(
         owner=alice, source=source, name="skills", regimes=["standalone", "sgt"], seeds=[0]
     )
     client.force_login(alice)

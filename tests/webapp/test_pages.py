@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from scheduler import service as scheduler_service
+from scheduler.launch import experiment_launch
 from webapp.experiments import services
 from webapp.experiments.models import Experiment, Run
 
@@ -61,7 +61,7 @@ def test_run_list_filters_by_state_and_tag(
     client: Client, alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     experiment = make_experiment(seeds=(0, 1, 2))
-    runs = scheduler_service.experiment_launch(experiment)
+    runs = experiment_launch(experiment)
     services.run_transition(runs[0], Run.State.SUBMITTED)
     runs[1].tags.set(services.tags_resolve(experiment.lab, ["baseline"]))
     client.force_login(alice)
@@ -76,7 +76,7 @@ def test_run_list_filters_by_state_and_tag(
 def test_outsiders_see_nothing_in_lists(
     client: Client, charlie: User, make_experiment: Callable[..., Experiment]
 ) -> None:
-    scheduler_service.experiment_launch(make_experiment())
+    experiment_launch(make_experiment())
     client.force_login(charlie)
     assert client.get(reverse("experiments:experiment_list")).context["page"].paginator.count == 0
     assert client.get(reverse("experiments:run_list")).context["page"].paginator.count == 0
@@ -92,7 +92,7 @@ def test_who_may_view(
     client: Client, who: str, request: pytest.FixtureRequest, make_experiment: Callable
 ) -> None:
     experiment = make_experiment()
-    run = scheduler_service.experiment_launch(experiment)[0]
+    run = experiment_launch(experiment)[0]
     user = None if who == "anonymous" else request.getfixturevalue(who)
     _login(client, user)
     for url in (experiment.get_absolute_url(), run.get_absolute_url()):
@@ -185,7 +185,7 @@ def test_delete_refuses_while_runs_are_active(
     client: Client, alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     experiment = make_experiment(seeds=(0,))
-    run = scheduler_service.experiment_launch(experiment)[0]
+    run = experiment_launch(experiment)[0]
     client.force_login(alice)
     url = reverse("experiments:experiment_delete", args=[experiment.pk])
     assert "Cancel its active runs" in client.post(url, follow=True).content.decode()
@@ -197,7 +197,7 @@ def test_delete_refuses_while_runs_are_active(
 def test_the_token_is_shown_once_and_only_its_hash_is_stored(
     client: Client, alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
-    run = scheduler_service.experiment_launch(make_experiment(seeds=(0,)))[0]
+    run = experiment_launch(make_experiment(seeds=(0,)))[0]
     client.force_login(alice)
     page = client.post(reverse("experiments:run_token", args=[run.pk]), follow=True)
     token = page.context["new_token"]
@@ -216,7 +216,7 @@ def test_detail_pages_show_config_and_escape_names(
     experiment = make_experiment()
     experiment.description = "<script>alert(1)</script>"
     experiment.save()
-    run = scheduler_service.experiment_launch(experiment)[0]
+    run = experiment_launch(experiment)[0]
     client.force_login(alice)
     page = client.get(experiment.get_absolute_url()).content.decode()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page

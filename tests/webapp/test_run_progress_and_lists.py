@@ -20,7 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduler import service as scheduler_service
+from scheduler.launch import experiment_launch, sweep_launch
 from trainer.metrics import POOL, VAL_REWARD_AT_1
 from webapp.experiments import services
 from webapp.experiments.models import Experiment, MetricPoint, MetricSeries, Run
@@ -217,7 +217,7 @@ def test_the_sweep_page_shows_progress_and_val_reward(client: Client, alice: Use
         },
         seeds=[0],
     )
-    sweep = scheduler_service.sweep_launch(
+    sweep = sweep_launch(
         owner=alice, source=source, name="sw", regimes=["standalone", "sgt"], seeds=[0, 1]
     )
     runs = list(Run.objects.filter(experiment__sweep=sweep).order_by("id"))
@@ -247,15 +247,13 @@ def test_the_lists_query_count_does_not_grow_with_the_runs(
     client: Client, alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = scheduler_service.sweep_launch(
-        owner=alice, source=source, name="sw", regimes=["sgt"], seeds=[0, 1]
-    )
+    sweep = sweep_launch(owner=alice, source=source, name="sw", regimes=["sgt"], seeds=[0, 1])
     client.force_login(alice)
     few = _query_count(client, reverse("experiments:run_list"))
     few_sweep = _query_count(client, sweep.get_absolute_url())
     for run in Run.objects.all():
         _pool_rewards(run, {0: 0.1, 2: 0.3})
-    bigger = scheduler_service.sweep_launch(
+    bigger = sweep_launch(
         owner=alice, source=source, name="sw2", regimes=["sgt", "xgrpo"], seeds=[0, 1, 2, 3]
     )
     for run in Run.objects.filter(experiment__sweep=bigger):
@@ -278,7 +276,7 @@ def test_the_sort_control_shows_the_order_used_and_an_empty_filter_keeps_it(
     client: Client, alice: User, make_experiment: Callable[..., Experiment], list_name: str
 ) -> None:
     for name in ("first", "second", "third"):
-        scheduler_service.experiment_launch(make_experiment(name=name, seeds=(0,)))
+        experiment_launch(make_experiment(name=name, seeds=(0,)))
     client.force_login(alice)
     url = reverse(list_name)
 
@@ -307,16 +305,16 @@ def test_a_relaunch_gives_every_run_a_name_of_its_own(
     alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     experiment = make_experiment(name="trio", seeds=(0, 1))
-    first = scheduler_service.experiment_launch(experiment)
-    second = scheduler_service.experiment_launch(experiment)
-    third = scheduler_service.experiment_launch(experiment)
+    first = experiment_launch(experiment)
+    second = experiment_launch(experiment)
+    third = experiment_launch(experiment)
     assert [run.name for run in first] == ["trio-s0", "trio-s1"]
     assert [run.name for run in second] == ["trio-s0-launch2", "trio-s1-launch2"]
     assert [run.name for run in third] == ["trio-s0-launch3", "trio-s1-launch3"]
     assert [run.config["name"] for run in second] == [run.name for run in second]
     long = make_experiment(name="x" * 64, seeds=(7,))
-    scheduler_service.experiment_launch(long)
-    (relaunched,) = scheduler_service.experiment_launch(long)
+    experiment_launch(long)
+    (relaunched,) = experiment_launch(long)
     assert relaunched.name == "x" * (64 - len("-s7-launch2")) + "-s7-launch2"
 
 
@@ -325,11 +323,11 @@ def test_a_name_taken_already_moves_on_to_the_next_number(
     alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     experiment = make_experiment(name="trio", seeds=(0,))
-    (run,) = scheduler_service.experiment_launch(experiment)
+    (run,) = experiment_launch(experiment)
     Run.objects.filter(pk=run.pk).update(name="trio-s0-launch2")  # renamed by hand
-    (again,) = scheduler_service.experiment_launch(experiment)
+    (again,) = experiment_launch(experiment)
     assert again.name == "trio-s0-launch3"  # its second launch, but that name is taken
-    (third,) = scheduler_service.experiment_launch(experiment)
+    (third,) = experiment_launch(experiment)
     assert third.name == "trio-s0-launch4"
 
 

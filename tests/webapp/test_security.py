@@ -29,7 +29,8 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from scheduler import service as scheduler_service
+from scheduler.launch import sweep_launch
+from scheduler.run_job import job_spec
 from tests.webapp.test_api_support import event, point, post_batch
 from webapp.experiments import services
 from webapp.experiments.models import (
@@ -149,9 +150,7 @@ def objects(alice: User, make_experiment: Callable[..., Experiment]) -> dict[str
     entry = ModelEntry.objects.create(
         lab=experiment.lab, owner=alice, name="m", source="zoo:tiny-llama-char"
     )
-    sweep = scheduler_service.sweep_launch(
-        owner=alice, source=experiment, name="grid", regimes=["sgt"], seeds=[0]
-    )
+    sweep = sweep_launch(owner=alice, source=experiment, name="grid", regimes=["sgt"], seeds=[0])
     saved = SavedComparison.objects.create(
         lab=experiment.lab, owner=alice, name="c", slug="s1", query=f"runs={run.pk}"
     )
@@ -414,10 +413,10 @@ def hostile(
     assert post_batch(client, run, token, body).status_code == 200
     failed = {"status": {"state": "failed", "message": f"<img src=x onerror=alert(2)> {SCRIPT}"}}
     assert post_batch(client, run, token, failed).status_code == 200
-    log_path = scheduler_service.job_spec(Run.objects.get(pk=run.pk)).log_path
+    log_path = job_spec(Run.objects.get(pk=run.pk)).log_path
     log_path.parent.mkdir(parents=True)
     log_path.write_text(f"step 1\n{SCRIPT}\n{SHELL}\n</pre><b>bold</b>\n")
-    sweep = scheduler_service.sweep_launch(
+    sweep = sweep_launch(
         owner=alice, source=experiment, name="grid", regimes=["sgt"], seeds=[0], description=SCRIPT
     )
     saved = SavedComparison.objects.create(

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 
-from scheduler import service as scheduler_service
+from scheduler.launch import experiment_launch
 from tests.conftest import pool_config
 from trainer.config import ConfigError, RunConfig
 from webapp.experiments import services
@@ -41,7 +41,7 @@ def test_a_user_outside_every_lab_cannot_create(db: None) -> None:
 
 def test_runs_get_one_exact_config_per_seed(make_experiment: Callable[..., Experiment]) -> None:
     experiment = make_experiment(seeds=(3, 7))
-    runs = scheduler_service.experiment_launch(experiment)
+    runs = experiment_launch(experiment)
     assert [(run.seed, run.state) for run in runs] == [(3, "queued"), (7, "queued")]
     for run in runs:
         assert run.config["seed"] == run.seed
@@ -54,7 +54,7 @@ def test_clone_is_a_new_draft_of_the_cloner(
     make_experiment: Callable[..., Experiment], bob: User
 ) -> None:
     original = make_experiment()
-    scheduler_service.experiment_launch(original)
+    experiment_launch(original)
     clone = services.experiment_clone(original, owner=bob)
     assert clone.pk != original.pk and clone.owner == bob and clone.cloned_from == original
     assert clone.name == "sgt-trio-copy"
@@ -63,7 +63,7 @@ def test_clone_is_a_new_draft_of_the_cloner(
 
 
 def test_transitions_follow_the_state_machine(make_experiment: Callable[..., Experiment]) -> None:
-    run = scheduler_service.experiment_launch(make_experiment(seeds=(0,)))[0]
+    run = experiment_launch(make_experiment(seeds=(0,)))[0]
     assert services.run_transition(run, Run.State.SUBMITTED, slurm_job_id="42")
     assert services.run_transition(run, Run.State.RUNNING, node="vm")
     assert services.run_transition(run, Run.State.COMPLETED, exit_code=0)
@@ -79,7 +79,7 @@ def test_transitions_follow_the_state_machine(make_experiment: Callable[..., Exp
 
 
 def test_a_transition_loses_to_a_concurrent_one(make_experiment: Callable[..., Experiment]) -> None:
-    run = scheduler_service.experiment_launch(make_experiment(seeds=(0,)))[0]
+    run = experiment_launch(make_experiment(seeds=(0,)))[0]
     stale = Run.objects.get(pk=run.pk)
     assert services.run_transition(run, Run.State.SUBMITTED)
     # ``stale`` still believes the run is queued: its conditional update matches nothing.
@@ -90,7 +90,7 @@ def test_a_transition_loses_to_a_concurrent_one(make_experiment: Callable[..., E
 def test_tokens_are_hashed_replaceable_and_revocable(
     make_experiment: Callable[..., Experiment],
 ) -> None:
-    run = scheduler_service.experiment_launch(make_experiment(seeds=(0,)))[0]
+    run = experiment_launch(make_experiment(seeds=(0,)))[0]
     token = services.run_token_issue(run)
     run.refresh_from_db()
     assert token.startswith("mrl_") and len(token) > 40

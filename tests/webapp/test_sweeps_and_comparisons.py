@@ -10,7 +10,7 @@ from django.http import QueryDict
 from django.test import Client
 from django.urls import reverse
 
-from scheduler import service as scheduler_service
+from scheduler.launch import sweep_launch
 from trainer.config import ConfigError
 from webapp.experiments import services
 from webapp.experiments.compare_selection import SelectionError, select_runs
@@ -23,7 +23,7 @@ def test_a_sweep_of_four_regimes_and_two_seeds_creates_eight_runs(
     alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = scheduler_service.sweep_launch(
+    sweep = sweep_launch(
         owner=alice,
         source=source,
         name="grid",
@@ -51,7 +51,7 @@ def test_a_sweep_over_a_hyperparameter_varies_it_per_cell(
     alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = scheduler_service.sweep_launch(
+    sweep = sweep_launch(
         owner=alice,
         source=source,
         name="klgrid",
@@ -68,7 +68,7 @@ def test_a_sweep_over_a_hyperparameter_varies_it_per_cell(
 def test_a_bad_cell_stores_nothing(alice: User, make_experiment: Callable[..., Experiment]) -> None:
     source = make_experiment(seeds=(0,))
     with pytest.raises(ConfigError):
-        scheduler_service.sweep_launch(
+        sweep_launch(
             owner=alice,
             source=source,
             name="bad",
@@ -79,9 +79,7 @@ def test_a_bad_cell_stores_nothing(alice: User, make_experiment: Callable[..., E
         )
     assert not Sweep.objects.exists() and Experiment.objects.count() == 1
     with pytest.raises(services.SweepError, match="at most 64"):
-        scheduler_service.sweep_launch(
-            owner=alice, source=source, name="big", regimes=["sgt"], seeds=list(range(65))
-        )
+        sweep_launch(owner=alice, source=source, name="big", regimes=["sgt"], seeds=list(range(65)))
 
 
 def test_the_sweep_form_launches_and_reports_errors_per_field(
@@ -109,9 +107,7 @@ def test_outsiders_cannot_sweep_or_see_sweeps(
     client: Client, charlie: User, make_experiment: Callable[..., Experiment], alice: User
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = scheduler_service.sweep_launch(
-        owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0]
-    )
+    sweep = sweep_launch(owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0])
     client.force_login(charlie)
     assert client.get(reverse("experiments:sweep_create", args=[source.pk])).status_code == 404
     assert client.get(sweep.get_absolute_url()).status_code == 404
@@ -122,7 +118,7 @@ def test_selection_by_sweep_ids_and_filters(
     alice: User, charlie: User, make_experiment: Callable[..., Experiment]
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = scheduler_service.sweep_launch(
+    sweep = sweep_launch(
         owner=alice, source=source, name="g", regimes=["standalone", "sgt"], seeds=[0, 1]
     )
     other = make_experiment(
@@ -156,9 +152,7 @@ def test_the_compare_page_and_a_saved_comparison(
     client: Client, alice: User, bob: User, charlie: User, make_experiment: Callable
 ) -> None:
     source = make_experiment(seeds=(0,))
-    sweep = scheduler_service.sweep_launch(
-        owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0]
-    )
+    sweep = sweep_launch(owner=alice, source=source, name="g", regimes=["sgt"], seeds=[0])
     client.force_login(alice)
     page = client.get(reverse("experiments:compare"), {"sweep": sweep.pk, "preset": "fig5"})
     assert page.status_code == 200

@@ -22,7 +22,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduler import service as scheduler_service
+from scheduler.launch import sweep_launch
 from tests.webapp.test_fuzz_ingest import assert_reply_matches
 from webapp.core.models import ServiceHeartbeat
 from webapp.core.selectors import (
@@ -253,9 +253,7 @@ def test_the_experiment_page_shows_the_notice_only_while_no_worker_is_fresh(
 def test_the_sweep_page_shows_the_notice_only_while_no_worker_is_fresh(
     client: Client, alice: User, experiment: Experiment
 ) -> None:
-    sweep = scheduler_service.sweep_launch(
-        owner=alice, source=experiment, name="grid", regimes=["sgt"], seeds=[0]
-    )
+    sweep = sweep_launch(owner=alice, source=experiment, name="grid", regimes=["sgt"], seeds=[0])
     client.force_login(alice)
     shown, text = notice_of(client.get(sweep.get_absolute_url()).content.decode())
     assert shown

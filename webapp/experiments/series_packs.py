@@ -8,9 +8,9 @@ metrics x 5 policies x 50 runs x 1,000 steps at lab scale, ``bench/scale.py``). 
 
 Life of a pack (PostgreSQL only; elsewhere :func:`packs_enabled` is False):
 
-- Each status sync tick packs every series of a few finished runs not yet marked
-  ``Run.series_packed``, and marks them (:func:`packs_sweep`, called by
-  ``scheduler.tasks.runs_sync``): runs that just finished, were cancelled, got late
+- Each tick of beat's packing task packs every series of a few finished runs not yet
+  marked ``Run.series_packed``, and marks them (:func:`packs_sweep`, called by
+  ``scheduler.tasks.series_pack``): runs that just finished, were cancelled, got late
   points, or finished before packing existed. A running run's series change every
   step and are never packed.
 - Readers (:func:`series_packs`) only read: a series without a pack is read from its

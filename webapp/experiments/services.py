@@ -229,7 +229,7 @@ def sweep_create(
     description: str = "",
 ) -> Sweep:
     """One experiment per (regime x parameter value) over ``source``'s pool and settings,
-    each with every seed (``scheduler.service.sweep_launch`` launches them). Every cell's
+    each with every seed (``scheduler.launch.sweep_launch`` launches them). Every cell's
     config is validated before anything is stored: a bad cell raises :class:`SweepError`
     (or ``ConfigError``) and stores nothing. The task's data paths, copied from
     ``source``, are checked again (the files may have gone, or the experiment was saved

@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from scheduler import service as scheduler_service
+from scheduler.launch import sweep_launch
 from trainer.config import ConfigError
 from webapp.core.selectors import worker_status
 from webapp.experiments import services
@@ -75,7 +75,7 @@ def sweep_create(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            sweep = scheduler_service.sweep_launch(
+            sweep = sweep_launch(
                 owner=request.user,
                 source=source,
                 name=data["name"],

@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 
-from scheduler.service import experiment_launch
+from scheduler.launch import experiment_launch
 from trainer.zoo import ZOO_IDS
 from webapp.experiments.models import Experiment, ModelEntry, Run
 from webapp.experiments.services import experiment_create, lab_join

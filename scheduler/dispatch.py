@@ -1,0 +1,48 @@
+"""The scheduler's Celery tasks by name, and sending them.
+
+The scheduler's services send ``run_submit`` and ``run_cancel`` by name and never import
+:mod:`scheduler.tasks`, which imports them (the layers point one way);
+``scheduler/tasks.py`` registers its tasks under these names, and beat's schedule
+(``CELERY_BEAT_SCHEDULE`` in ``webapp/settings.py``) spells the same names.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from scheduler.celery import app as celery_app
+from webapp.experiments.models import Run
+
+log = logging.getLogger(__name__)
+
+RUN_SUBMIT = "scheduler.tasks.run_submit"
+RUN_CANCEL = "scheduler.tasks.run_cancel"
+"""The tasks the services send, by name (scheduler/tasks.py registers them so)."""
+SERIES_PACK = "scheduler.tasks.series_pack"
+"""Beat's packing of finished runs' series (never sent: beat runs it on its own tick)."""
+
+
+def enqueue_submit(run: Run) -> None:
+    """Send ``run_submit`` once the surrounding transaction commits.
+
+    If the broker is unreachable the run stays queued and the sync's recovery
+    (:func:`scheduler.sync.resend_stale_queued`) sends it again later (the claim in
+    :func:`scheduler.submit.submit` makes a double send harmless).
+    """
+    transaction.on_commit(lambda: send(RUN_SUBMIT, run.pk))
+
+
+def enqueue_cancel(run: Run) -> None:
+    """Send ``run_cancel`` once the surrounding transaction commits."""
+    transaction.on_commit(lambda: send(RUN_CANCEL, run.pk))
+
+
+def send(task_name: str, run_id: int) -> None:
+    """Send the task ``task_name`` for ``run_id`` by name; a broker failure is logged (the
+    sync's recovery sends lost submissions again)."""
+    try:
+        celery_app.send_task(task_name, args=[run_id])
+    except Exception as exc:  # noqa: BLE001 - any broker failure: the sync retries later
+        log.warning("could not enqueue %s for run %s: %s", task_name, run_id, exc)

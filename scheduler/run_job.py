@@ -1,0 +1,122 @@
+"""A run's job, shared by the submit, sync and cancel services: its spec and its
+backend, and recording on the run what the backend (or the job's exit-code file) says of
+the job.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.utils import timezone
+
+from scheduler.backends import Backend, JobStatus, backend_named, log_tail, read_exit_code
+from scheduler.jobs import JobSpec
+from trainer.mwra import PlacementPlan
+from webapp.experiments import services
+from webapp.experiments.models import Run
+
+log = logging.getLogger(__name__)
+
+ACTIVE_STATES = (Run.State.SUBMITTED, Run.State.PENDING, Run.State.RUNNING, Run.State.COMPLETING)
+"""The states of a run that has (or is getting) a job."""
+LAUNCHER_NOISE = ("srun:", "slurmstepd", "[job]")
+
+
+def seconds_setting(name: str) -> timedelta:
+    """A ``SCHEDULER_*_SECONDS`` setting (read at each call: tests and admins change it)."""
+    return timedelta(seconds=float(getattr(settings, name)))
+
+
+def backend_of(run: Run) -> Backend:
+    """The backend ``run``'s job runs on: the run's own, else ``settings.EXECUTOR``."""
+    return backend_named(run.backend or settings.EXECUTOR)
+
+
+def job_spec(run: Run) -> JobSpec:
+    """The job of ``run``: paths, resources and placement from its experiment."""
+    resources = run.experiment.resources or {}
+    placement = resources.get("placement")
+    plan = PlacementPlan.from_dict(placement) if placement else None
+    devices = tuple(p.cuda_visible_devices for p in plan.policies) if plan else ()
+    if plan is not None and plan.device == "cpu":
+        devices = ()
+    run_dir = Path(run.run_dir) if run.run_dir else settings.RUN_ROOT / f"run-{run.pk}"
+    return JobSpec(
+        run_id=run.pk,
+        name=f"{run.name}-r{run.pk}"[-64:].lstrip("-_.") or f"run-{run.pk}",
+        run_dir=run_dir.resolve(),
+        python=settings.JOB_PYTHON,
+        workdir=Path(settings.JOB_WORKDIR).resolve(),
+        ingest_url=f"{settings.INGEST_BASE_URL.rstrip('/')}/api/v1/runs/{run.pk}/ingest",
+        n_policies=len(run.config.get("pool", [])) or 1,
+        partition=str(resources.get("partition", "") if run.backend == "slurm" else ""),
+        account=str(resources.get("account", "")),
+        qos=str(resources.get("qos", "")),
+        time_limit=str(resources.get("time_limit") or settings.SLURM_TIME_LIMIT),
+        nodes=plan.slurm.nodes if plan else 1,
+        gpus_per_node=plan.slurm.gpus_per_node if plan else 0,
+        cpus_per_task=plan.slurm.cpus_per_task if plan else 1,
+        mem_gb=int(resources.get("mem_gb") or (plan.slurm.mem_gb if plan else 0) or 4),
+        cuda_visible_devices=devices,
+        zoo_dir=settings.ZOO_DIR,
+    )
+
+
+def fail(run: Run, reason: str) -> None:
+    """Fail ``run`` with ``reason``, unless it has ended meanwhile."""
+    run.refresh_from_db()
+    if not run.is_terminal:
+        services.run_transition(run, Run.State.FAILED, failure_reason=reason[:2000])
+
+
+def forgotten_status(run: Run, spec: JobSpec) -> JobStatus | None:
+    """The end of a job the backend no longer reports, from the exit-code file its script
+    leaves in the run directory. (A run that reported its own end through the ingestion
+    API is terminal already and never gets here.)"""
+    grace = seconds_setting("SCHEDULER_FORGOTTEN_GRACE_SECONDS")
+    if run.submitted_at and timezone.now() - run.submitted_at < grace:
+        return None
+    code = read_exit_code(spec)
+    if code is not None:
+        return exit_status(code)
+    return JobStatus("failed", None, reason="the job disappeared without an exit status")
+
+
+def exit_status(code: int) -> JobStatus:
+    """The end of a job known only by the exit code its script wrote."""
+    if code == 0:
+        return JobStatus("completed", 0)
+    return JobStatus("failed", code, reason=f"exit code {code}")
+
+
+def status_apply(run: Run, status: JobStatus) -> bool:
+    """Record ``status`` on ``run``; True when the state changed."""
+    facts: dict[str, object] = {}
+    if status.node:
+        facts["node"] = status.node[:255]
+    if status.exit_code is not None:
+        facts["exit_code"] = status.exit_code
+    if status.state == Run.State.FAILED:
+        reason = status.reason or "the job failed"
+        if run.failure_reason and run.failure_reason not in reason:
+            reason = f"{run.failure_reason}\n{reason}"  # the trainer's own words first
+        tail = last_words(log_tail(job_spec(run).log_path, 16384))
+        facts["failure_reason"] = (reason + ("\n" + "\n".join(tail) if tail else ""))[:4000]
+    if status.state == run.state:
+        if facts and any(getattr(run, k) != v for k, v in facts.items()):
+            services.run_transition(run, run.state, **facts)
+        return False
+    try:
+        return services.run_transition(run, status.state, **facts)
+    except services.TransitionError:
+        log.warning("run %s: ignoring %s -> %s", run.pk, run.state, status.state)
+        return False
+
+
+def last_words(log: str, lines: int = 5) -> list[str]:
+    """The job's own last lines (the trainer's error), without srun/slurmstepd chatter."""
+    own = [line for line in log.strip().splitlines() if not line.startswith(LAUNCHER_NOISE)]
+    return own[-lines:]
