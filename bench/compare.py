@@ -11,7 +11,7 @@ ANALYZE``). The runs are marked completed, as runs one compares are; the status 
 sweep packs their series (webapp.experiments.series_packs), and comparisons read the
 packs. Then, for group_by=regime, all 8 metrics and 4 policies, 500 buckets:
 
-- in-process: :func:`webapp.compare.data.comparison_build` (the SQL and numpy part) and
+- in-process: :func:`webapp.compare.selectors.comparison_build` (the SQL and numpy part) and
   the JSON encoding, p50/p95 over ``--reps`` repetitions after a warm-up, for x = step
   and rollouts, smoothing off and on; and the compare page's default of two metrics
   (val/reward@1, train/reward_mean: 800,000 points); first two cases with no packs yet
@@ -132,7 +132,7 @@ def in_process(params: dict[str, Any], reps: int) -> tuple[list[float], list[flo
     from django.http import QueryDict
 
     from webapp.api.http import json_reply
-    from webapp.compare.data import comparison_build, runs_for_spec
+    from webapp.compare.selectors import comparison_build, runs_for_spec
     from webapp.compare.serialize import comparison_json
     from webapp.compare.spec import ComparisonSpec
 

@@ -12,6 +12,9 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from trainer.mwra import PlacementPlan, SlurmRequest
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SLURM_WORD = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")  # partition, account, qos ("" = default)
@@ -138,6 +141,30 @@ def signal_lead_seconds(time_limit: str) -> int | None:
     if limit <= 2 * SIGNAL_SLACK_S:
         return None
     return min(SIGNAL_LEAD_S, limit // 2)
+
+
+def sbatch_args(request: SlurmRequest) -> list[str]:
+    """An MWRA plan's Slurm request as ``sbatch`` arguments (an argv list, never a shell
+    string): ``["--nodes=1", "--ntasks=2", "--gres=gpu:4", "--cpus-per-task=2",
+    "--mem=32G"]``; no ``--gres`` for a CPU-only job, no ``--mem`` without a memory
+    request. The plan's Slurm request as the compose preview and the experiment page
+    show it."""
+    args = [f"--nodes={request.nodes}", f"--ntasks={request.ntasks}"]
+    if request.gres:
+        args.append(f"--gres={request.gres}")
+    args.append(f"--cpus-per-task={request.cpus_per_task}")
+    if request.mem_gb:
+        args.append(f"--mem={request.mem_gb}G")
+    return args
+
+
+def placement_json(plan: PlacementPlan) -> dict[str, Any]:
+    """``plan`` as an experiment stores it (``resources["placement"]``):
+    :meth:`trainer.mwra.PlacementPlan.to_dict` with the request's :func:`sbatch_args`
+    as ``slurm.sbatch_args`` (which the experiment page shows)."""
+    data = plan.to_dict()
+    data["slurm"]["sbatch_args"] = sbatch_args(plan.slurm)
+    return data
 
 
 def render_script(spec: JobSpec, *, slurm: bool) -> str:

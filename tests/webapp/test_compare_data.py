@@ -13,7 +13,7 @@ from django.db import connection
 from tests.webapp.test_compare_support import add_series, make_runs, spec_of
 from webapp.api.batch import parse_batch
 from webapp.api.ingest import metrics_ingest
-from webapp.compare import data
+from webapp.compare import assemble, selectors
 from webapp.compare.palette import BLACK, BLUISH_GREEN
 from webapp.compare.stats import aggregate, ema
 from webapp.experiments import series_packs
@@ -25,16 +25,16 @@ VAL, TRAIN = "val/reward@1", "train/reward_mean"
 ROLLOUTS = "perf/rollouts_total"
 
 
-def build(runs: list[Run], **params: object) -> data.Comparison:
+def build(runs: list[Run], **params: object) -> assemble.Comparison:
     spec = spec_of(runs=",".join(str(run.pk) for run in runs), **params)
-    return data.comparison_build(spec=spec, runs=sorted(runs, key=lambda run: run.pk))
+    return selectors.comparison_build(spec=spec, runs=sorted(runs, key=lambda run: run.pk))
 
 
-def panel(comparison: data.Comparison, policy: str, metric: str) -> data.Panel:
+def panel(comparison: assemble.Comparison, policy: str, metric: str) -> assemble.Panel:
     return next(p for p in comparison.panels if (p.policy, p.metric) == (policy, metric))
 
 
-def trace(comparison: data.Comparison, policy: str, metric: str, group: str) -> data.Trace:
+def trace(comparison: assemble.Comparison, policy: str, metric: str, group: str) -> assemble.Trace:
     return next(t for t in panel(comparison, policy, metric).traces if t.group == group)
 
 
@@ -211,12 +211,12 @@ def messy(alice: User) -> list[int]:
 
 @pytest.mark.parametrize("size", [17, 100, 413])
 def test_sql_buckets_equal_the_python_reference(messy: list[int], size: int) -> None:
-    bounds = data.step_range(messy)
+    bounds = selectors.step_range(messy)
     assert bounds is not None
     lo, hi = bounds
     size = min(size, hi - lo + 1)
-    sql = data.buckets_postgres(messy, lo, hi, size)
-    python = data.buckets_portable(messy, lo, hi, size)
+    sql = selectors.buckets_postgres(messy, lo, hi, size)
+    python = selectors.buckets_portable(messy, lo, hi, size)
     for pk in messy:
         a, b = sql[pk], python[pk]
         np.testing.assert_array_equal(a.present, b.present)
@@ -230,8 +230,8 @@ def test_sql_buckets_equal_the_python_reference(messy: list[int], size: int) -> 
 def test_sql_run_summaries_equal_the_python_reference(
     messy: list[int], lower_is_better: bool
 ) -> None:
-    sql = data.run_summaries(messy, lower_is_better=lower_is_better)
-    python = data.run_summaries_portable(messy, lower_is_better=lower_is_better)
+    sql = selectors.run_summaries(messy, lower_is_better=lower_is_better)
+    python = selectors.run_summaries_portable(messy, lower_is_better=lower_is_better)
     for pk in messy:
         assert sql[pk].final == python[pk].final
         assert sql[pk].best == python[pk].best
@@ -241,7 +241,7 @@ def test_sql_run_summaries_equal_the_python_reference(
 # --------------------------------------------------------------------------- packs
 
 
-def _assert_same_buckets(a: data.Buckets, b: data.Buckets) -> None:
+def _assert_same_buckets(a: assemble.Buckets, b: assemble.Buckets) -> None:
     np.testing.assert_array_equal(a.present, b.present)
     np.testing.assert_allclose(a.step, b.step, rtol=1e-12)
     np.testing.assert_allclose(a.value, b.value, rtol=1e-9, atol=1e-12)
@@ -257,15 +257,15 @@ def _finish(runs: list[Run]) -> list[Run]:
 def test_packed_series_give_the_reference_buckets(
     messy: list[int], size: int, window: tuple[int, int] | None
 ) -> None:
-    lo, hi = window or data.step_range(messy)
+    lo, hi = window or selectors.step_range(messy)
     size = min(size, hi - lo + 1)
-    python = data.buckets_portable(messy, lo, hi, size)
+    python = selectors.buckets_portable(messy, lo, hi, size)
     _finish(list(Run.objects.filter(series__id__in=messy).distinct()))
     assert series_packs.packs_sweep(max_runs=10) == (3, 6)
     assert SeriesPack.objects.filter(series_id__in=messy).count() == len(messy)
     # The packs are what is read now: the points themselves could go.
     MetricPoint.objects.filter(series_id__in=messy).delete()
-    read = data.buckets_postgres(messy, lo, hi, size, wall=False)
+    read = selectors.buckets_postgres(messy, lo, hi, size, wall=False)
     for pk in messy:
         _assert_same_buckets(read[pk], python[pk])
         assert np.isnan(read[pk].wall).all()
@@ -315,7 +315,7 @@ def test_new_points_drop_the_runs_packs_and_reach_the_next_comparison(alice: Use
     late_curve = trace(comparison, "llama", TRAIN, "sgt")
     assert late_curve.x[-1] == 19 and late_curve.raw_mean[-1] == pytest.approx(5.0)
     assert series_packs.packs_sweep(max_runs=10) == (1, 1)
-    assert data.buckets_postgres(
+    assert selectors.buckets_postgres(
         [SeriesPack.objects.get(series__run=late).series_id], 0, 19, 20, wall=False
     ).popitem()[1].value[-1] == pytest.approx(5.0)
 
@@ -366,7 +366,7 @@ def test_summary_table_by_hand(alice: User) -> None:
         add_series(run, "llama", VAL, range(3), lambda s, c=curves[run.pk]: c[s])
     runs = sorted(sgt + prp, key=lambda run: run.pk)
     spec = spec_of(runs=",".join(str(r.pk) for r in runs), policy="llama")
-    summary = data.summary_build(spec=spec, runs=runs, metric=VAL)
+    summary = selectors.summary_build(spec=spec, runs=runs, metric=VAL)
     assert [g.label for g in summary.groups] == ["prp", "sgt"]
     prp_cell, sgt_cell = summary.rows[0].cells
     # sgt finals: 0.3 and 0.4 (the last finite value); bests 0.5, 0.4; means 0.3, 0.3
@@ -380,7 +380,7 @@ def test_summary_table_by_hand(alice: User) -> None:
         "best": {"llama": "prp"},
         "mean": {"llama": "prp"},
     }
-    lower = data.summary_build(spec=spec, runs=runs, metric=VAL, lower_is_better=True)
+    lower = selectors.summary_build(spec=spec, runs=runs, metric=VAL, lower_is_better=True)
     assert lower.rows[0].cells[1].best.mean == pytest.approx(0.15)  # mins 0.1 and 0.2
     assert lower.best["best"] == {"llama": "sgt"}
     assert lower.best["mean"] == {"llama": "sgt"}

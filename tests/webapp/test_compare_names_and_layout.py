@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.webapp.test_compare_support import add_series, make_runs, spec_of
-from webapp.compare import data, export
+from webapp.compare import assemble, export, selectors
 from webapp.compare.spec import ComparisonSpec
 from webapp.experiments.models import Run
 
@@ -21,32 +21,32 @@ VAL, TRAIN, STEP_S = "val/reward@1", "train/reward_mean", "perf/step_s"
 TOKENS = "perf/response_tokens_total"
 
 
-def build(runs: list[Run], **params: object) -> data.Comparison:
+def build(runs: list[Run], **params: object) -> assemble.Comparison:
     spec = spec_of(runs=",".join(str(run.pk) for run in runs), **params)
-    return data.comparison_build(spec=spec, runs=sorted(runs, key=lambda run: run.pk))
+    return selectors.comparison_build(spec=spec, runs=sorted(runs, key=lambda run: run.pk))
 
 
-def _trace(group: str, n: list[int]) -> data.Trace:
+def _trace(group: str, n: list[int]) -> assemble.Trace:
     x = np.arange(len(n), dtype=float)
-    return data.Trace(group, "#000000", "solid", x, x, x - 0.1, x + 0.1, np.array(n), x)
+    return assemble.Trace(group, "#000000", "solid", x, x, x - 0.1, x + 0.1, np.array(n), x)
 
 
 def _comparison(
     policies: tuple[str, ...], metrics: tuple[str, ...], n: list[int], band: str = "ci95"
-) -> data.Comparison:
+) -> assemble.Comparison:
     """Without a database: one group "sgt" whose traces have ``n`` runs per point."""
     spec = ComparisonSpec(runs=(1,), metrics=metrics, band=band)
     panels = [
-        data.Panel(policy, metric, "step", [_trace("sgt", n)])
+        assemble.Panel(policy, metric, "step", [_trace("sgt", n)])
         for policy in policies
         for metric in metrics
     ]
-    note = data.small_n_note(panels) if band == "ci95" else None
-    groups = [data.Group("sgt", "#000000", "solid", [1])]
-    return data.Comparison(spec, groups, panels, [], "step", [], grid=len(n), ci_note=note)
+    note = assemble.small_n_note(panels) if band == "ci95" else None
+    groups = [assemble.Group("sgt", "#000000", "solid", [1])]
+    return assemble.Comparison(spec, groups, panels, [], "step", [], grid=len(n), ci_note=note)
 
 
-def _cells(comparison: data.Comparison, columns: int) -> tuple[list[tuple[int, range]], int]:
+def _cells(comparison: assemble.Comparison, columns: int) -> tuple[list[tuple[int, range]], int]:
     """Each visible axes' (row, grid columns) and the number of grid columns."""
     figure = export.build_figure(comparison, columns)
     assert all(ax.get_visible() for ax in figure.axes)

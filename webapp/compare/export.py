@@ -43,7 +43,14 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
 from trainer import metrics as m
-from webapp.compare.data import CI_MIN_RUNS, STATISTICS, Comparison, Panel, Summary, small_n_runs
+from webapp.compare.assemble import (
+    CI_MIN_RUNS,
+    STATISTICS,
+    Comparison,
+    Panel,
+    Summary,
+    small_n_runs,
+)
 from webapp.compare.palette import MATPLOTLIB_DASHES
 from webapp.compare.serialize import number_text
 

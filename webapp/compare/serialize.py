@@ -17,7 +17,7 @@ import numpy as np
 
 from trainer import metrics as m
 from webapp.api.http import encode_value
-from webapp.compare.data import Comparison, Summary
+from webapp.compare.assemble import Comparison, Summary
 from webapp.compare.stats import MeanStd
 
 

@@ -35,7 +35,7 @@ from django.views.decorators.http import require_GET
 
 from webapp.api.http import allow_methods, json_error, json_reply, login_required_json
 from webapp.compare import export
-from webapp.compare.data import comparison_build, runs_for_spec, summary_build
+from webapp.compare.selectors import comparison_build, runs_for_spec, summary_build
 from webapp.compare.serialize import comparison_json, summary_json
 from webapp.compare.spec import METRIC_PATTERN, ComparisonSpec, SpecError, bool_param
 

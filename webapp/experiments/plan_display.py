@@ -1,7 +1,7 @@
 """The stored MWRA plan and resources of an experiment, as the experiment page shows them.
 
 ``Experiment.resources`` keeps the request (``gpus``, ``time_limit``...) and the MWRA
-placement as JSON (:meth:`trainer.mwra.PlacementPlan.to_dict`). The page shows them as
+placement as JSON (:func:`scheduler.jobs.placement_json`). The page shows them as
 words and a table: "CPU" rather than ``None``, "50 %" rather than ``0.5``, never a Python
 dict. A plan stored by an older version (a key missing, a value of another type) shows
 what it has and a dash for the rest.

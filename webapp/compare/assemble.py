@@ -1,24 +1,22 @@
-"""Build a comparison (curves, groups, bands) and its summary table from the database.
+"""Assemble a comparison (curves, groups, bands) and its summary table from arrays.
 
-Reading, in a few statements whatever the number of runs (PostgreSQL):
+The pure half of the comparison engine: no database, no Django. The reads (which series,
+their step range, their points as binary columns or rows) are
+:mod:`webapp.compare.selectors`; this module takes what they return, plain numpy
+arrays and dicts, and computes everything else, so that it is testable with arrays made
+by hand.
 
-1. the series of the selected runs x policies x metrics (plus the x-axis counter);
-2. the common step grid: ``lo``/``hi`` = the lowest and highest step of the selected
-   metric series (index lookups), ``G = min(buckets, hi - lo + 1)`` buckets of equal
-   width, bucket ``b = (step - lo) * G // (hi - lo + 1)`` (integer arithmetic: the same
-   as ``width_bucket(step, lo, hi + 1, G) - 1``, without float rounding at the edges);
-3. the points of those series in [lo, hi] as packed binary columns, one row per
-   series (an index-only scan). A series of a finished run is read instead from its
-   packed copy where the status sync has made one (:mod:`webapp.experiments.series_packs`;
-   about 6x faster), except on the wall-time axis, which needs the points' wall times.
-   numpy then takes per (series, bucket) the mean step,
-   the mean value (``sum(value) / count``: a NaN or an infinity in the bucket
-   propagates) and, for the wall-time axis, the mean and minimum of the known wall times.
+The grid: ``lo``/``hi`` are the lowest and highest step of the selected metric series,
+``G = min(buckets, hi - lo + 1)`` buckets of equal width, bucket
+``b = (step - lo) * G // (hi - lo + 1)`` (integer arithmetic: the same as
+``width_bucket(step, lo, hi + 1, G) - 1``, without float rounding at the edges).
+:func:`bucket_into` takes per (series, bucket) the mean step, the mean value
+(``sum(value) / count``: a NaN or an infinity in the bucket propagates) and, for the
+wall-time axis, the mean and minimum of the known wall times; :func:`buckets_from_rows`
+is the same in Python over point rows (the portable path, and the reference of the
+tests).
 
-Another database (the demo's SQLite) gets the same numbers computed in Python
-(:func:`buckets_portable`, also the reference of the tests).
-
-Then, per panel (policy, metric) and group:
+Then, per panel (policy, metric) and group (:func:`comparison_assemble`):
 
 - a run's curve is its bucket means (NaN where the bucket is empty);
 - x: ``step`` is the bucket's mean step; ``rollouts`` / ``tokens`` is the run's
@@ -26,10 +24,10 @@ Then, per panel (policy, metric) and group:
   interpolated at that mean step from the counter's own bucket means (a metric logged
   every step gets the counter's bucket mean; one logged every 10 steps gets the counter
   at its own steps; the counters are 0 at step 0, before any rollout, so the step-0
-  evaluation sits at x = 0; see :func:`_counter_x` for the ends); ``wall_time`` is the bucket's
-  mean wall time minus the run's first wall time (the earliest of its loaded points), in
-  seconds. A policy where a run lacks the counter (``_pool`` has none) or every wall
-  time is missing is plotted against step instead, with a note;
+  evaluation sits at x = 0; see :func:`counter_x` for the ends); ``wall_time`` is the
+  bucket's mean wall time minus the run's first wall time (the earliest of its loaded
+  points), in seconds. A policy where a run lacks the counter (``_pool`` has none) or
+  every wall time is missing is plotted against step instead, with a note;
 - smoothing (:func:`webapp.compare.stats.ema`, TensorBoard's debiased EMA) is applied to
   each run's curve on the grid first, then runs are aggregated
   (:func:`webapp.compare.stats.aggregate`): mean, band and ``n`` at each bucket over the
@@ -42,20 +40,22 @@ Names people read (panel titles, axis labels, notes) come from the trainer's met
 catalogue (:func:`trainer.metrics.describe`; ``_pool`` reads "pool mean"); the JSON and
 the CSV keep the keys. A 95% CI band resting on fewer than :data:`CI_MIN_RUNS` runs
 somewhere gets a note (:func:`small_n_note`).
+
+Shapes: ``G`` is the number of buckets of the grid; a :class:`Buckets` holds ``[G]``
+arrays; a :class:`Trace` holds ``[K]`` arrays over the ``K <= G`` buckets where its
+group has points. Steps are the trainer's step numbers, wall times seconds (Unix time in
+the points, seconds since the run's first point on the x-axis).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import connection, transaction
-from django.http import Http404
 
 from trainer import metrics as m
 from webapp.compare import grouping
@@ -69,9 +69,9 @@ from webapp.compare.stats import (
     mean_std_n,
     run_summary,
 )
-from webapp.experiments import series_packs
-from webapp.experiments.models import MetricPoint, MetricSeries, Run
-from webapp.experiments.permissions import visible_runs
+
+if TYPE_CHECKING:
+    from webapp.experiments.models import Run
 
 X_COUNTERS = {"rollouts": m.ROLLOUTS_TOTAL, "tokens": m.RESPONSE_TOKENS_TOTAL}
 X_LABELS = {
@@ -85,6 +85,9 @@ COUNTER_NAMES = {"rollouts": "rollout count", "tokens": "response-token count"}
 CI_MIN_RUNS = 3
 """A 95% CI over fewer runs than this is noted: with n = 2 it spans +-12.7 standard
 errors (Student's t with one degree of freedom), with n = 1 there is none."""
+
+SeriesIndex = dict[tuple[int, str, str], int]
+"""(run id, policy, metric key) -> series id, for the series a comparison loaded."""
 
 
 # --------------------------------------------------------------------------- results
@@ -160,20 +163,11 @@ class Comparison:
 # --------------------------------------------------------------------------- selection
 
 
-def runs_for_spec(user: AbstractBaseUser | AnonymousUser, spec: ComparisonSpec) -> list[Run]:
-    """The spec's runs, by id; :class:`Http404` if any is unknown or not visible."""
-    runs = list(
-        visible_runs(user).filter(pk__in=spec.runs).select_related("experiment").order_by("id")
-    )
-    missing = sorted(set(spec.runs) - {run.pk for run in runs})
-    if missing:
-        shown = ", ".join(str(pk) for pk in missing[:10])
-        raise Http404(f"no such run: {shown}")
-    return runs
-
-
 def groups_of(runs: Sequence[Run], group_by: str) -> list[Group]:
-    """Runs grouped by their label at ``group_by``, in display order, with their style."""
+    """Runs grouped by their label at ``group_by``, in display order, with their style.
+
+    Reads ``run.config``, ``run.experiment.name`` and ``run.pk`` only (select the
+    experiment with the runs)."""
     members: dict[str, list[int]] = defaultdict(list)
     for run in runs:
         label = grouping.group_label(run.config, run.experiment.name, group_by)
@@ -207,7 +201,11 @@ def policies_of(runs: Sequence[Run], spec: ComparisonSpec, notes: list[str]) -> 
 
 @dataclass
 class Buckets:
-    """One series on the grid: ``[G]`` arrays, NaN where ``present`` is False."""
+    """One series on the grid: ``[G]`` arrays, NaN where ``present`` is False.
+
+    ``present`` (bool): the bucket has points; ``step``: their mean step; ``value``:
+    their mean value; ``wall``: the mean of their known wall times (s, Unix time);
+    ``wall_first``: the series' earliest known wall time (NaN without one)."""
 
     present: np.ndarray
     step: np.ndarray
@@ -217,6 +215,7 @@ class Buckets:
 
 
 def empty_buckets(size: int) -> Buckets:
+    """A series with no points on a grid of ``size`` buckets."""
     nan = np.full(size, np.nan)
     return Buckets(np.zeros(size, dtype=bool), nan.copy(), nan.copy(), nan.copy(), math.nan)
 
@@ -226,93 +225,7 @@ def bucket_of(step: int, lo: int, hi: int, size: int) -> int:
     return (step - lo) * size // (hi - lo + 1)
 
 
-def _table(model: type[Any]) -> str:
-    return connection.ops.quote_name(model._meta.db_table)
-
-
-_RANGE_SQL = """
-    SELECT min(lo.step), max(hi.step)
-    FROM unnest(%(ids)s::bigint[]) AS i(id)
-    CROSS JOIN LATERAL (
-        SELECT step FROM {points} WHERE series_id = i.id ORDER BY step LIMIT 1
-    ) AS lo
-    CROSS JOIN LATERAL (
-        SELECT step FROM {points} WHERE series_id = i.id ORDER BY step DESC LIMIT 1
-    ) AS hi
-"""
-# Each series' points in range as packed big-endian columns (one bytea per column;
-# ``string_agg`` of ``int4send``/``float8send``), straight off the primary key's
-# index-only scan, which covers ``value``; numpy then buckets them. All the aggregates of
-# a group see its rows in the same order, so the columns line up. A NULL value (never
-# written on PostgreSQL, which stores NaN) counts as NaN, as in the portable reference;
-# a NULL wall time travels as NaN and is left out of the wall-time mean and minimum, as
-# SQL's ``avg``/``min`` leave NULLs out. Bucketing in SQL instead (GROUP BY series,
-# bucket) cost 3x as much: 430 vs 135 ms for 50 runs x 2 metrics x 5 policies x 1,000
-# steps (bench/scale.py).
-_POINTS_SQL = """
-    SELECT series_id, string_agg(int4send(step), ''),
-           string_agg(float8send(coalesce(value, 'NaN')), ''){wall_column}
-    FROM {points}
-    WHERE series_id = ANY(%(ids)s::bigint[]) AND step BETWEEN %(lo)s AND %(hi)s
-    GROUP BY series_id
-"""
-_WALL_COLUMN = ", string_agg(float8send(coalesce(wall_time, 'NaN')), '')"
-
-
-def step_range(series_ids: Sequence[int]) -> tuple[int, int] | None:
-    """(lowest, highest) step over ``series_ids``; None when they have no points."""
-    if not series_ids:
-        return None
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(_RANGE_SQL.format(points=_table(MetricPoint)), {"ids": list(series_ids)})
-            lo, hi = cursor.fetchone()
-    else:
-        from django.db.models import Max, Min
-
-        found = MetricPoint.objects.filter(series_id__in=series_ids).aggregate(
-            lo=Min("step"), hi=Max("step")
-        )
-        lo, hi = found["lo"], found["hi"]
-    return None if lo is None else (int(lo), int(hi))
-
-
-def buckets_postgres(
-    series_ids: Sequence[int], lo: int, hi: int, size: int, *, wall: bool = True
-) -> dict[int, Buckets]:
-    """Per series, its bucket means on the grid (wall times only with ``wall``; NaN
-    otherwise). Without wall times a series is read from its pack where it has one
-    (:mod:`webapp.experiments.series_packs`); the rest from the points, in one
-    statement."""
-    found = {pk: empty_buckets(size) for pk in series_ids}
-    packed = {} if wall else series_packs.series_packs(series_ids)
-    rows: list[tuple[int, bytes, bytes, bytes | None]] = [
-        (pk, steps, values, None) for pk, (steps, values) in packed.items()
-    ]
-    rest = [pk for pk in series_ids if pk not in packed]
-    if rest:
-        params = {"ids": rest, "lo": lo, "hi": hi}
-        sql = _POINTS_SQL.format(
-            points=_table(MetricPoint), wall_column=_WALL_COLUMN if wall else ""
-        )
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute(series_packs.SERIES_SCAN_SETTINGS_SQL)
-            for row in series_packs.binary_rows(sql, params):
-                rows.append((row[0], row[1], row[2], row[3] if wall else None))
-    for series_id, step_bytes, value_bytes, wall_bytes in rows:
-        steps = np.frombuffer(step_bytes, dtype=">i4").astype(np.int64)
-        values = np.frombuffer(value_bytes, dtype=">f8").astype(float)
-        walls = None if wall_bytes is None else np.frombuffer(wall_bytes, dtype=">f8").astype(float)
-        inside = (steps >= lo) & (steps <= hi)  # a pack holds every step of its series
-        if not inside.all():
-            steps, values = steps[inside], values[inside]
-            walls = None if walls is None else walls[inside]
-        _bucket_into(found[series_id], steps, values, walls, lo, hi, size)
-    return found
-
-
-def _bucket_into(
+def bucket_into(
     target: Buckets,
     steps: np.ndarray,
     values: np.ndarray,
@@ -321,8 +234,13 @@ def _bucket_into(
     hi: int,
     size: int,
 ) -> None:
-    """Fill ``target`` from one series' points: per bucket the mean step, the mean value
-    (a NaN or an infinity propagates) and the mean of the known wall times."""
+    """Fill ``target`` (``[size]`` arrays) from one series' points: per bucket the mean
+    step, the mean value (a NaN or an infinity propagates) and the mean of the known wall
+    times, and the series' first known wall time.
+
+    ``steps`` (int64), ``values`` (float64) and ``walls`` (float64 seconds, NaN where
+    unknown; None: not loaded) are ``[N]`` arrays of its N points, every step within
+    [lo, hi]. The arrays are read, never copied whole."""
     bucket = (steps - lo) * size // (hi - lo + 1)
     count = np.bincount(bucket, minlength=size)
     present = count > 0
@@ -345,56 +263,60 @@ def _bucket_into(
     target.wall_first = float(walls[known].min())
 
 
-def buckets_portable(series_ids: Sequence[int], lo: int, hi: int, size: int) -> dict[int, Buckets]:
-    """:func:`buckets_postgres` in Python (any database; the reference of the tests).
+@dataclass
+class _BucketSums:
+    """The points of one (series, bucket) so far (:func:`buckets_from_rows`)."""
 
-    A NULL value (SQLite's NaN) counts as NaN; NULL wall times are ignored, as SQL's
+    count: int = 0
+    step_sum: float = 0.0
+    values: list[float] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+
+
+def buckets_from_rows(
+    rows: Iterable[tuple[int, int, float | None, float | None]],
+    series_ids: Sequence[int],
+    lo: int,
+    hi: int,
+    size: int,
+) -> dict[int, Buckets]:
+    """:func:`bucket_into` in Python, over point rows ``(series id, step, value, wall
+    time)`` with steps in [lo, hi], ordered by series and step: per series of
+    ``series_ids``, its ``[size]`` buckets.
+
+    A None value (SQLite's NaN) counts as NaN; None wall times are ignored, as SQL's
     ``avg``/``min`` ignore NULLs.
     """
-    sums: dict[tuple[int, int], list[Any]] = {}
-    rows = (
-        MetricPoint.objects.filter(series_id__in=series_ids, step__gte=lo, step__lte=hi)
-        .order_by("series_id", "step")
-        .values_list("series_id", "step", "value", "wall_time")
-    )
+    sums: dict[tuple[int, int], _BucketSums] = {}
     for series_id, step, value, wall in rows:
         key = (series_id, bucket_of(step, lo, hi, size))
-        entry = sums.setdefault(key, [0, 0.0, [], []])
-        entry[0] += 1
-        entry[1] += step
-        entry[2].append(math.nan if value is None else value)
+        entry = sums.setdefault(key, _BucketSums())
+        entry.count += 1
+        entry.step_sum += step
+        entry.values.append(math.nan if value is None else value)
         if wall is not None:
-            entry[3].append(wall)
+            entry.walls.append(wall)
     found = {pk: empty_buckets(size) for pk in series_ids}
-    for (series_id, bucket), (count, step_sum, values, walls) in sums.items():
+    for (series_id, bucket), entry in sums.items():
         target = found[series_id]
         target.present[bucket] = True
-        target.step[bucket] = step_sum / count
+        target.step[bucket] = entry.step_sum / entry.count
         with np.errstate(invalid="ignore"):
-            target.value[bucket] = float(np.mean(values))
-        target.wall[bucket] = float(np.mean(walls)) if walls else math.nan
-        if walls:
-            first = min(walls)
+            target.value[bucket] = float(np.mean(entry.values))
+        target.wall[bucket] = float(np.mean(entry.walls)) if entry.walls else math.nan
+        if entry.walls:
+            first = min(entry.walls)
             if math.isnan(target.wall_first) or first < target.wall_first:
                 target.wall_first = first
     return found
 
 
-def load_buckets(
-    series_ids: Sequence[int], lo: int, hi: int, size: int, *, wall: bool
-) -> dict[int, Buckets]:
-    if connection.vendor == "postgresql":
-        return buckets_postgres(series_ids, lo, hi, size, wall=wall)
-    return buckets_portable(series_ids, lo, hi, size)
-
-
 # --------------------------------------------------------------------------- x-axis
 
 
-def _run_wall_first(
-    index: dict[tuple[int, str, str], int], found: dict[int, Buckets]
-) -> dict[int, float]:
-    """Per run, its earliest wall time over the loaded series (runs without one: absent)."""
+def run_wall_first(index: SeriesIndex, found: Mapping[int, Buckets]) -> dict[int, float]:
+    """Per run, its earliest wall time (s) over the loaded series (runs without one:
+    absent)."""
     first: dict[int, float] = {}
     for (run_id, _policy, _key), series_id in index.items():
         value = found[series_id].wall_first
@@ -403,13 +325,16 @@ def _run_wall_first(
     return first
 
 
-def _counter_x(curve: Buckets, counter: Buckets) -> np.ndarray:
-    """The counter at the curve's mean steps, linearly interpolated between the counter's
-    own bucket means (step, value). A consumption counter is 0 at step 0 (the trainer
-    logs it from step 1, after the first rollouts), so (0, 0) is one of its known points
-    when it has none at step 0: the step-0 evaluation is at x = 0. After its last bucket
-    mean the line through the two nearest is extended, but only within a bucket where
-    the counter has points; further out the x is unknown (NaN)."""
+def counter_x(curve: Buckets, counter: Buckets) -> np.ndarray:
+    """The counter at the curve's mean steps (``[G]``, NaN where the curve has no point
+    or the counter is unknown there), linearly interpolated between the counter's own
+    bucket means (step, value).
+
+    A consumption counter is 0 at step 0 (the trainer logs it from step 1, after the
+    first rollouts), so (0, 0) is one of its known points when it has none at step 0:
+    the step-0 evaluation is at x = 0. After its last bucket mean the line through the
+    two nearest is extended, but only within a bucket where the counter has points;
+    further out the x is unknown (NaN)."""
     usable = counter.present & np.isfinite(counter.value) & np.isfinite(counter.step)
     x = np.full(curve.step.shape, np.nan)
     if not usable.any():
@@ -433,24 +358,84 @@ def _counter_x(curve: Buckets, counter: Buckets) -> np.ndarray:
     return x
 
 
+def x_mode(
+    spec: ComparisonSpec,
+    policy: str,
+    index: SeriesIndex,
+    wall_first: Mapping[int, float],
+    notes: list[str],
+) -> str:
+    """The x-axis of ``policy``'s panels: the spec's, or step when some run lacks it
+    (with a note)."""
+    with_data = {r for (r, p, key) in index if p == policy and key in spec.metrics}
+    counter_key = X_COUNTERS.get(spec.x)
+    if counter_key:
+        lacking = [r for r in sorted(with_data) if (r, policy, counter_key) not in index]
+        if lacking:
+            notes.append(
+                f"{m.policy_label(policy)}: no {COUNTER_NAMES[spec.x]} ({counter_key}) "
+                f"in run(s) {ids_text(lacking)}; its panels are plotted against step"
+            )
+            return "step"
+    elif spec.x == "wall_time":
+        lacking = [r for r in sorted(with_data) if r not in wall_first]
+        if lacking:
+            notes.append(
+                f"{m.policy_label(policy)}: no wall times in run(s) {ids_text(lacking)}; "
+                f"its panels are plotted against step"
+            )
+            return "step"
+    return spec.x
+
+
+def x_of(
+    mode: str,
+    curve: Buckets,
+    run_id: int,
+    policy: str,
+    index: SeriesIndex,
+    found: Mapping[int, Buckets],
+    wall_first: Mapping[int, float],
+) -> np.ndarray:
+    """The ``[G]`` x of ``curve`` (run ``run_id``, ``policy``) on axis ``mode``: its mean
+    steps, its wall times in seconds since the run's first, or the run's counter there."""
+    if mode == "step":
+        return curve.step
+    if mode == "wall_time":
+        return curve.wall - wall_first[run_id]
+    return counter_x(curve, found[index[(run_id, policy, X_COUNTERS[mode])]])
+
+
+def ids_text(ids: Iterable[int]) -> str:
+    """Run ids for a note: "1, 2, 3", the first ten and how many more."""
+    ordered = sorted(set(ids))
+    shown = ", ".join(str(pk) for pk in ordered[:10])
+    return shown + (f" and {len(ordered) - 10} more" if len(ordered) > 10 else "")
+
+
 # --------------------------------------------------------------------------- build
 
 
-def comparison_build(*, spec: ComparisonSpec, runs: Sequence[Run]) -> Comparison:
-    """The curves of ``runs`` (visible, the spec's) as the spec asks for them."""
-    notes: list[str] = []
-    groups = groups_of(runs, spec.group_by)
-    policies = policies_of(runs, spec, notes)
-    run_ids = [run.pk for run in runs]
-    counter_key = X_COUNTERS.get(spec.x)
-    keys = list(spec.metrics) + ([counter_key] if counter_key else [])
-    index = {
-        (run_id, policy, key): pk
-        for pk, run_id, policy, key in MetricSeries.objects.filter(
-            run_id__in=run_ids, policy__in=policies, key__in=keys
-        ).values_list("id", "run_id", "policy", "key")
-    }
-    metric_ids = [pk for (_r, _p, key), pk in index.items() if key in spec.metrics]
+def comparison_assemble(
+    *,
+    spec: ComparisonSpec,
+    runs: Sequence[Run],
+    groups: list[Group],
+    policies: list[str],
+    index: SeriesIndex,
+    found: Mapping[int, Buckets],
+    grid: int,
+    notes: list[str],
+) -> Comparison:
+    """The comparison of ``runs`` (grouped as ``groups``, each run in one) from their
+    loaded series.
+
+    ``index`` names the loaded series (the spec's metrics, and the x-axis counter when
+    the spec's x is one); ``found`` has each one's buckets on the common grid of
+    ``grid`` buckets (``[grid]`` arrays; ``grid`` 0: the metric series have no points,
+    and every panel is empty). ``notes`` (the selection's so far) gets the comparison's
+    own appended, and becomes :attr:`Comparison.notes`."""
+    run_count = sum(len(group.runs) for group in groups)  # every run is in one group
     comparison = Comparison(
         spec=spec,
         groups=groups,
@@ -459,8 +444,7 @@ def comparison_build(*, spec: ComparisonSpec, runs: Sequence[Run]) -> Comparison
         x_label=X_LABELS[spec.x],
         runs=list(runs),
     )
-    bounds = step_range(metric_ids)
-    if bounds is None:
+    if grid == 0:
         notes.append("no points of these metrics and policies in these runs")
         comparison.panels = [
             Panel(policy, metric, X_LABELS[spec.x])
@@ -468,11 +452,8 @@ def comparison_build(*, spec: ComparisonSpec, runs: Sequence[Run]) -> Comparison
             for metric in spec.metrics
         ]
         return comparison
-    lo, hi = bounds
-    size = min(spec.buckets, hi - lo + 1)
-    comparison.grid = size
-    found = load_buckets(list(index.values()), lo, hi, size, wall=spec.x == "wall_time")
-    wall_first = _run_wall_first(index, found)
+    comparison.grid = grid
+    wall_first = run_wall_first(index, found)
 
     # Every (panel, group, run) curve with its x; smoothed all at once below.
     panels: list[Panel] = []
@@ -480,9 +461,9 @@ def comparison_build(*, spec: ComparisonSpec, runs: Sequence[Run]) -> Comparison
     ys: list[np.ndarray] = []
     xs: list[np.ndarray] = []
     for policy in policies:
-        x_mode = _x_mode(spec, policy, index, wall_first, notes)
+        mode = x_mode(spec, policy, index, wall_first, notes)
         for metric in spec.metrics:
-            panel = Panel(policy, metric, X_LABELS[x_mode])
+            panel = Panel(policy, metric, X_LABELS[mode])
             lacking = []
             for g, group in enumerate(groups):
                 for run_id in group.runs:
@@ -491,21 +472,21 @@ def comparison_build(*, spec: ComparisonSpec, runs: Sequence[Run]) -> Comparison
                         lacking.append(run_id)
                         continue
                     curve = found[series_id]
-                    x = _x_of(x_mode, curve, run_id, policy, index, found, wall_first)
+                    x = x_of(mode, curve, run_id, policy, index, found, wall_first)
                     present = curve.present & np.isfinite(x)
                     ys.append(np.where(present, curve.value, np.nan))
                     xs.append(np.where(present, x, np.nan))
                     slots.append((len(panels), g))
             if lacking:
                 notes.append(
-                    f"{panel.name}: no data in run(s) {_ids(lacking)}"
-                    if len(lacking) < len(run_ids)
+                    f"{panel.name}: no data in run(s) {ids_text(lacking)}"
+                    if len(lacking) < run_count
                     else f"{panel.name}: no data in any run"
                 )
             panels.append(panel)
-    raw = np.array(ys) if ys else np.zeros((0, size))
+    raw = np.array(ys) if ys else np.zeros((0, grid))
     smoothed = ema(raw, spec.smooth) if spec.smooth > 0 else raw
-    present_x = np.array(xs) if xs else np.zeros((0, size))
+    present_x = np.array(xs) if xs else np.zeros((0, grid))
 
     rows_of: dict[tuple[int, int], list[int]] = defaultdict(list)
     for row, slot in enumerate(slots):
@@ -581,57 +562,6 @@ def small_n_note(panels: Sequence[Panel]) -> str | None:
     )
 
 
-def _ids(ids: Iterable[int]) -> str:
-    ordered = sorted(set(ids))
-    shown = ", ".join(str(pk) for pk in ordered[:10])
-    return shown + (f" and {len(ordered) - 10} more" if len(ordered) > 10 else "")
-
-
-def _x_mode(
-    spec: ComparisonSpec,
-    policy: str,
-    index: dict[tuple[int, str, str], int],
-    wall_first: dict[int, float],
-    notes: list[str],
-) -> str:
-    """The x-axis of ``policy``'s panels: the spec's, or step when some run lacks it."""
-    with_data = {r for (r, p, key) in index if p == policy and key in spec.metrics}
-    counter_key = X_COUNTERS.get(spec.x)
-    if counter_key:
-        lacking = [r for r in sorted(with_data) if (r, policy, counter_key) not in index]
-        if lacking:
-            notes.append(
-                f"{m.policy_label(policy)}: no {COUNTER_NAMES[spec.x]} ({counter_key}) "
-                f"in run(s) {_ids(lacking)}; its panels are plotted against step"
-            )
-            return "step"
-    elif spec.x == "wall_time":
-        lacking = [r for r in sorted(with_data) if r not in wall_first]
-        if lacking:
-            notes.append(
-                f"{m.policy_label(policy)}: no wall times in run(s) {_ids(lacking)}; "
-                f"its panels are plotted against step"
-            )
-            return "step"
-    return spec.x
-
-
-def _x_of(
-    x_mode: str,
-    curve: Buckets,
-    run_id: int,
-    policy: str,
-    index: dict[tuple[int, str, str], int],
-    found: dict[int, Buckets],
-    wall_first: dict[int, float],
-) -> np.ndarray:
-    if x_mode == "step":
-        return curve.step
-    if x_mode == "wall_time":
-        return curve.wall - wall_first[run_id]
-    return _counter_x(curve, found[index[(run_id, policy, X_COUNTERS[x_mode])]])
-
-
 # --------------------------------------------------------------------------- summary
 
 
@@ -667,48 +597,16 @@ class Summary:
     notes: list[str]
 
 
-_FINITE = "p.value IS NOT NULL AND p.value <> 'NaN'::float8 AND abs(p.value) <> 'Infinity'::float8"
-_SUMMARY_SQL = f"""
-    SELECT p.series_id,
-           (array_agg(p.value ORDER BY p.step DESC) FILTER (WHERE {_FINITE}))[1],
-           max(p.value) FILTER (WHERE {_FINITE}),
-           min(p.value) FILTER (WHERE {_FINITE}),
-           avg(p.value) FILTER (WHERE {_FINITE})
-    FROM {{points}} AS p
-    WHERE p.series_id = ANY(%(ids)s::bigint[])
-    GROUP BY p.series_id
-"""
-
-
-def run_summaries(series_ids: Sequence[int], *, lower_is_better: bool) -> dict[int, RunSummary]:
-    """Per series: :class:`webapp.compare.stats.RunSummary` of its raw points."""
-    found = {pk: RunSummary(math.nan, math.nan, math.nan) for pk in series_ids}
-    if not series_ids:
-        return found
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _SUMMARY_SQL.format(points=_table(MetricPoint)), {"ids": list(series_ids)}
-            )
-            for series_id, final, high, low, mean in cursor.fetchall():
-                if final is None:
-                    continue
-                best = low if lower_is_better else high
-                found[series_id] = RunSummary(float(final), float(best), float(mean))
-        return found
-    return run_summaries_portable(series_ids, lower_is_better=lower_is_better)
-
-
-def run_summaries_portable(
-    series_ids: Sequence[int], *, lower_is_better: bool
+def summaries_from_rows(
+    rows: Iterable[tuple[int, float | None]],
+    series_ids: Sequence[int],
+    *,
+    lower_is_better: bool,
 ) -> dict[int, RunSummary]:
-    """:func:`run_summaries` in Python from every point (the reference of the tests)."""
+    """Per series of ``series_ids``: :class:`webapp.compare.stats.RunSummary` of its
+    points, given as rows ``(series id, value)`` ordered by series and step (a None value
+    counts as NaN)."""
     values: dict[int, list[float]] = {pk: [] for pk in series_ids}
-    rows = (
-        MetricPoint.objects.filter(series_id__in=series_ids)
-        .order_by("series_id", "step")
-        .values_list("series_id", "value")
-    )
     for series_id, value in rows:
         values[series_id].append(math.nan if value is None else value)
     return {
@@ -716,21 +614,19 @@ def run_summaries_portable(
     }
 
 
-def summary_build(
-    *, spec: ComparisonSpec, runs: Sequence[Run], metric: str, lower_is_better: bool = False
+def summary_assemble(
+    *,
+    metric: str,
+    groups: list[Group],
+    policies: list[str],
+    index: Mapping[tuple[int, str], int],
+    per_series: Mapping[int, RunSummary],
+    lower_is_better: bool,
+    notes: list[str],
 ) -> Summary:
-    """The summary table of ``metric`` over the spec's groups and policies (raw points,
-    not smoothed or bucketed)."""
-    notes: list[str] = []
-    groups = groups_of(runs, spec.group_by)
-    policies = policies_of(runs, spec, notes)
-    index = {
-        (run_id, policy): pk
-        for pk, run_id, policy in MetricSeries.objects.filter(
-            run_id__in=[run.pk for run in runs], policy__in=policies, key=metric
-        ).values_list("id", "run_id", "policy")
-    }
-    per_series = run_summaries(list(index.values()), lower_is_better=lower_is_better)
+    """The summary table of ``metric``: ``index`` maps (run id, policy) to the series of
+    ``metric`` and ``per_series`` each series to its run summary; per policy x group the
+    mean +- std of the runs' final, best and mean values, and the best group of each."""
     rows = []
     best: dict[str, dict[str, str | None]] = {name: {} for name in STATISTICS}
     for policy in policies:
@@ -750,14 +646,14 @@ def summary_build(
                 )
             )
         for name in STATISTICS:
-            best[name][policy] = _best_group(cells, name, lower_is_better)
+            best[name][policy] = best_group(cells, name, lower_is_better)
         rows.append(SummaryRow(policy, cells))
     if not index:
         notes.append(f"no run has {m.label(metric)} for these policies")
     return Summary(metric, groups, policies, rows, best, lower_is_better, notes)
 
 
-def _best_group(cells: Sequence[Cell], name: str, lower_is_better: bool) -> str | None:
+def best_group(cells: Sequence[Cell], name: str, lower_is_better: bool) -> str | None:
     """The group whose mean of statistic ``name`` is best; the first one on a tie."""
     chosen: Cell | None = None
     for cell in cells:
