@@ -5,7 +5,27 @@ The web app writes this JSON, the job reads it and the run page shows it. Pure P
 
 Validation collects every problem at once and raises :class:`ConfigError`, whose
 ``errors`` map a field path (``"pool[1].group_size"``) to a message that says how to fix
-it; the web app puts each message next to its form field.
+it; the web app puts each message next to its form field. A config read from JSON
+(:meth:`RunConfig.from_dict`) and one built in Python (``RunConfig(pool=[...])``) are
+validated alike: constructing a :class:`RunConfig` checks every field's type, with the
+messages the JSON reader gives, then every rule.
+
+Every field declares its ``metadata``, which the compose form reads too:
+
+- ``"help"``: what the field means (the form's help text);
+- ``"label"``: its name as people read it ("NLL weight (lambda)"); default: the key in
+  words;
+- ``"min"`` / ``"max"``: for a number, the lowest / highest value allowed, the bound
+  itself included; ``"min_open"`` / ``"max_open"``: True leaves the bound out
+  (``> 0`` instead of ``>= 0``). :meth:`RunConfig.validate` checks these ranges in every
+  section, each policy of the pool and every regime's section (:class:`Bounds`), with
+  the message "lambda_sgt must be >= 0; got -1.0", which the form shows next to the
+  field (its inputs carry the same ``min`` / ``max``);
+- ``"symbol"``: the field's symbol in the paper, named after the key in that message
+  ("replay_fraction (p) must be in [0, 1); got 2.0"); ``"why"``: a note that follows the
+  range ("temperature must be > 0 (validation decodes greedily)"); ``"message"``: the
+  whole sentence instead, for a rule better said in words ("G must be at least 2 for a
+  group baseline"); "; got <value>" ends each.
 """
 
 from __future__ import annotations
@@ -15,7 +35,8 @@ import math
 import re
 import types
 import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,10 +45,11 @@ DTYPES = ("float32", "bfloat16", "float16")
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 KL_ESTIMATORS = ("k3",)
 ADVANTAGE_ESTIMATORS = ("grpo",)
-REGIMES = ("standalone", "prp", "xgrpo", "sgt")
 OFF_POLICY = ("none", "remix")
 TASK_KINDS = ("arithmetic", "math_file", "multiple_choice_file")
 MAX_POOL = 8
+MAX_MICRO_BATCH = 65_536
+"""The most sequences one forward/backward takes; the divisibility hint counts up to it."""
 REFLECTION_MARKERS = (
     "verify",
     "re-examine",
@@ -71,21 +93,45 @@ class PolicyConfig:
     chat_template: str | None = field(
         default=None, metadata={"help": "Jinja chat template; default: the tokenizer's own"}
     )
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    group_size: int = field(default=8, metadata={"help": "G: rollouts per prompt (>= 2)"})
-    max_new_tokens: int = field(default=16, metadata={"help": "Response length limit"})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)"})
+    lr: float = field(
+        default=1e-4, metadata={"help": "AdamW learning rate", "min": 0, "min_open": True}
+    )
+    group_size: int = field(
+        default=8,
+        metadata={
+            "help": "G: rollouts per prompt (>= 2)",
+            "min": 2,
+            "message": "G must be at least 2 for a group baseline",
+        },
+    )
+    max_new_tokens: int = field(default=16, metadata={"help": "Response length limit", "min": 1})
+    temperature: float = field(
+        default=1.0,
+        metadata={
+            "help": "Sampling temperature (> 0)",
+            "min": 0,
+            "min_open": True,
+            "why": "(validation decodes greedily)",
+        },
+    )
     dtype: str = field(default="float32", metadata={"help": f"One of {DTYPES}"})
     micro_batch_size: int = field(
         default=64,
         metadata={
             "help": "Sequences per forward/backward (gradient accumulation); must divide "
-            "the mini-batch (prompts_per_step x G / mini_batches) or exceed it"
+            "the mini-batch (prompts_per_step x G / mini_batches) or exceed it",
+            "min": 1,
+            "max": MAX_MICRO_BATCH,
         },
     )
     device_share: float | None = field(
         default=None,
-        metadata={"help": "GPUs for this policy (fractions share a device); default: MWRA"},
+        metadata={
+            "help": "GPUs for this policy (fractions share a device); default: MWRA",
+            "min": 0,
+            "min_open": True,
+            "why": "(or null to let MWRA decide)",
+        },
     )
 
 
@@ -94,19 +140,41 @@ class GRPOConfig:
     """The GRPO objective (SPEC section 3); defaults are the SPEC's."""
 
     advantage_estimator: str = field(default="grpo", metadata={"help": "Advantage registry"})
-    adv_eps: float = field(default=1e-6, metadata={"help": "eps in (r - mean) / (std + eps)"})
-    clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range eps_clip"})
-    kl_coef: float = field(default=0.001, metadata={"help": "beta, weight of the KL loss"})
-    kl_estimator: str = field(default="k3", metadata={"help": f"One of {KL_ESTIMATORS}"})
-    kl_clamp: float = field(default=10.0, metadata={"help": "Clamp of the per-token KL"})
-    entropy_coef: float = field(default=0.0, metadata={"help": "ent_coef (bonus on entropy)"})
-    loss_agg: str = field(default="token-mean", metadata={"help": f"One of {LOSS_AGGREGATIONS}"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm"})
-    mini_batches: int = field(
-        default=1, metadata={"help": "Optimizer steps per batch (the batch split evenly)"}
+    adv_eps: float = field(
+        default=1e-6,
+        metadata={"help": "eps in (r - mean) / (std + eps)", "min": 0, "min_open": True},
     )
-    epochs: int = field(default=1, metadata={"help": "Passes over each batch"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    clip_eps: float = field(
+        default=0.2,
+        metadata={
+            "help": "PPO clip range eps_clip",
+            "min": 0,
+            "min_open": True,
+            "max": 1,
+            "max_open": True,
+        },
+    )
+    kl_coef: float = field(
+        default=0.001, metadata={"help": "beta, weight of the KL loss", "min": 0}
+    )
+    kl_estimator: str = field(default="k3", metadata={"help": f"One of {KL_ESTIMATORS}"})
+    kl_clamp: float = field(
+        default=10.0,
+        metadata={"help": "Clamp of the per-token KL", "min": 0, "min_open": True},
+    )
+    entropy_coef: float = field(
+        default=0.0, metadata={"help": "ent_coef (bonus on entropy)", "min": 0}
+    )
+    loss_agg: str = field(default="token-mean", metadata={"help": f"One of {LOSS_AGGREGATIONS}"})
+    max_grad_norm: float = field(
+        default=1.0, metadata={"help": "Gradient clipping norm", "min": 0, "min_open": True}
+    )
+    mini_batches: int = field(
+        default=1,
+        metadata={"help": "Optimizer steps per batch (the batch split evenly)", "min": 1},
+    )
+    epochs: int = field(default=1, metadata={"help": "Passes over each batch", "min": 1})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay", "min": 0})
 
 
 @dataclass
@@ -117,43 +185,15 @@ class TaskConfig:
     levels: list[int] = field(
         default_factory=lambda: [1, 2, 3], metadata={"help": "Arithmetic difficulty levels"}
     )
-    val_size: int = field(default=64, metadata={"help": "Held-out prompts for val/reward@1"})
+    val_size: int = field(
+        default=64, metadata={"help": "Held-out prompts for val/reward@1", "min": 1}
+    )
     train_path: str | None = field(
         default=None, metadata={"help": "JSONL/Parquet train file (file tasks)"}
     )
     val_path: str | None = field(
         default=None, metadata={"help": "JSONL/Parquet validation file (file tasks)"}
     )
-
-
-@dataclass
-class PRPConfig:
-    """Peer Rollout Pooling (SPEC 4.1): peers' rollouts join the learner's group."""
-
-    k_peer: int = field(default=4, metadata={"help": "Peer rollouts added per prompt (>= 1)"})
-    is_correction: bool = field(
-        default=True,
-        metadata={"help": "Truncated importance weights on peer tokens; false = naive pooling"},
-    )
-    c_bar: float = field(default=1.0, metadata={"help": "Truncation of the IS weight (> 0)"})
-
-
-@dataclass
-class XGRPOConfig:
-    """Cross-policy advantage sharing (SPEC 4.2): a pooled group baseline."""
-
-    random_perturbation: bool = field(
-        default=False,
-        metadata={"help": "Ablation: own baseline plus noise of matched scale, no sharing"},
-    )
-
-
-@dataclass
-class SGTConfig:
-    """Success-Gated Transfer (SPEC 4.3): NLL on peers' successes where all own failed."""
-
-    lambda_sgt: float = field(default=0.1, metadata={"help": "Weight of the auxiliary NLL"})
-    k_sgt: int = field(default=1, metadata={"help": "Peer successes per rescue prompt (>= 1)"})
 
 
 @dataclass
@@ -167,35 +207,60 @@ class RemixConfig:
     """
 
     replay_versions: int = field(
-        default=2, metadata={"help": "N: replay keeps the rollouts of the last N policy versions"}
+        default=2,
+        metadata={
+            "help": "N: replay keeps the rollouts of the last N policy versions",
+            "min": 1,
+            "symbol": "N",
+        },
     )
     replay_fraction: float = field(
         default=0.4,
         metadata={
             "help": "p: share of each batch's prompts taken from the replay (fresh "
-            "prompts per step: round((1 - p) x prompts_per_step)); in [0, 1)"
+            "prompts per step: round((1 - p) x prompts_per_step)); in [0, 1)",
+            "min": 0,
+            "max": 1,
+            "max_open": True,
+            "symbol": "p",
         },
     )
     updates_per_batch: int = field(
-        default=2, metadata={"help": "m (UTD): passes of gradient updates over each batch"}
+        default=2,
+        metadata={
+            "help": "m (UTD): passes of gradient updates over each batch",
+            "min": 1,
+            "symbol": "m",
+        },
     )
     c_bar: float = field(
         default=1.0,
-        metadata={"help": "V-trace truncation of replayed advantages: A x min(q_t, c_bar)"},
+        metadata={
+            "help": "V-trace truncation of replayed advantages: A x min(q_t, c_bar)",
+            "min": 0,
+            "min_open": True,
+        },
     )
     kl_lambda_start: int = field(
-        default=50, metadata={"help": "lambda(t) = 1 up to this step, then it decays"}
+        default=50, metadata={"help": "lambda(t) = 1 up to this step, then it decays", "min": 0}
     )
     kl_lambda_decay: float = field(
-        default=0.1, metadata={"help": "lambda(t) drops by this much every kl_lambda_every steps"}
+        default=0.1,
+        metadata={"help": "lambda(t) drops by this much every kl_lambda_every steps", "min": 0},
     )
-    kl_lambda_every: int = field(default=10, metadata={"help": "Steps per lambda(t) decrement"})
-    kl_lambda_floor: float = field(default=0.5, metadata={"help": "Lower bound of lambda(t)"})
+    kl_lambda_every: int = field(
+        default=10, metadata={"help": "Steps per lambda(t) decrement", "min": 1}
+    )
+    kl_lambda_floor: float = field(
+        default=0.5, metadata={"help": "Lower bound of lambda(t)", "min": 0, "max": 1}
+    )
     reincarnation_step: int | None = field(
         default=50,
         metadata={
             "help": "T: after this step the reference becomes the current policy, the "
-            "replay is dropped and training is plain on-policy GRPO; null: never"
+            "replay is dropped and training is plain on-policy GRPO; null: never",
+            "min": 1,
+            "why": "(or null to never reincarnate)",
         },
     )
     reflection_markers: list[str] = field(
@@ -213,38 +278,106 @@ class RunConfig:
 
     pool: list[PolicyConfig] = field(metadata={"help": f"1..{MAX_POOL} policies"})
     name: str = field(default="run", metadata={"help": "Run name (letters, digits, _ . -)"})
-    regime: str = field(default="standalone", metadata={"help": f"One of {REGIMES}"})
+    regime: str = field(
+        default="standalone",
+        metadata={"help": "A registered sharing regime (trainer.regimes): standalone, prp, ..."},
+    )
     off_policy: str = field(default="none", metadata={"help": f"One of {OFF_POLICY}"})
     remix: RemixConfig = field(default_factory=RemixConfig)
-    prp: PRPConfig = field(default_factory=PRPConfig)
-    xgrpo: XGRPOConfig = field(default_factory=XGRPOConfig)
-    sgt: SGTConfig = field(default_factory=SGTConfig)
+    sections: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Each registered regime's settings by regime name; in JSON every "
+            "section is a top-level key ('prp', 'sgt', ...)",
+            "regime_sections": True,
+        },
+    )
     success_threshold: float = field(
-        default=1.0, metadata={"help": "A rollout with reward >= this counts as a success"}
+        default=1.0,
+        metadata={
+            "help": "A rollout with reward >= this counts as a success",
+            "min": 0,
+            "min_open": True,
+            "max": 1,
+            "why": "(rewards are in [0, 1])",
+        },
     )
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
-    steps: int = field(default=100, metadata={"help": "Training steps"})
-    prompts_per_step: int = field(default=32, metadata={"help": "Prompts per step (shared)"})
-    val_every: int = field(default=10, metadata={"help": "Steps between val/reward@1"})
-    checkpoint_every: int = field(default=50, metadata={"help": "Steps between checkpoints"})
-    seed: int = field(default=0, metadata={"help": "Seeds prompts, init and sampling"})
+    steps: int = field(default=100, metadata={"help": "Training steps", "min": 1})
+    prompts_per_step: int = field(
+        default=32, metadata={"help": "Prompts per step (shared)", "min": 1}
+    )
+    val_every: int = field(default=10, metadata={"help": "Steps between val/reward@1", "min": 1})
+    checkpoint_every: int = field(
+        default=50, metadata={"help": "Steps between checkpoints", "min": 1}
+    )
+    seed: int = field(default=0, metadata={"help": "Seeds prompts, init and sampling", "min": 0})
+
+    def __post_init__(self) -> None:
+        """Every registered regime with settings gets its section (defaults if absent),
+        then the whole config is validated, as :meth:`from_dict` validates one read from
+        JSON (a :class:`ConfigError` with the same paths and messages)."""
+        from trainer.regimes import regime_spec, section_names
+
+        if isinstance(self.sections, dict):
+            for name in section_names():
+                if name not in self.sections:
+                    self.sections[name] = regime_spec(name).section()
+        self.validate()
+
+    def section(self, regime: str) -> Any:
+        """The settings of ``regime`` (its :class:`~trainer.regimes.RegimeSpec` config)."""
+        if regime not in self.sections:
+            from trainer.regimes import regime_spec
+
+            self.sections[regime] = regime_spec(regime).section()
+        return self.sections[regime]
 
     # --- JSON ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON form: each regime section is a top-level key where ``sections`` is."""
+        from trainer.regimes import section_names
+
+        data: dict[str, Any] = {}
+        for name, value in asdict(self).items():
+            if name != "sections":
+                data[name] = value
+                continue
+            for regime in section_names():
+                data[regime] = asdict(self.section(regime))
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
     @classmethod
     def from_dict(cls, data: Any) -> RunConfig:
+        """The config of JSON ``data``; :class:`ConfigError` lists every problem (unknown
+        fields and wrong types first, then, once every field is of its type, the rules)."""
+        from trainer.regimes import regime_spec, section_names
+
         errors: dict[str, str] = {}
-        config = _build(cls, data, "", errors)
+        if isinstance(data, dict):
+            data = dict(data)
+            sections: dict[str, Any] = {}
+            for regime in section_names():
+                if regime in data:
+                    section_class = regime_spec(regime).config
+                    assert section_class is not None
+                    built = _build(section_class, data.pop(regime), regime, errors)
+                    if built is not None:
+                        sections[regime] = built
+            if "sections" in data:
+                errors["sections"] = (
+                    f"unknown field 'sections' in config; known fields: "
+                    f"{', '.join(_json_names(cls))}"
+                )
+            data["sections"] = sections
+        config = _build(cls, data, "", errors)  # constructing it validates it
         if errors:
             raise ConfigError(errors)
         assert isinstance(config, RunConfig)
-        config.validate()
         return config
 
     @classmethod
@@ -259,15 +392,25 @@ class RunConfig:
     def from_file(cls, path: str | Path) -> RunConfig:
         return cls.from_json(Path(path).read_text())
 
-    # --- cross-field validation --------------------------------------------------------
+    # --- validation ----------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise :class:`ConfigError` listing every problem (no-op when all is well)."""
-        errors: dict[str, str] = {}
+        """Raise :class:`ConfigError` listing every problem (no-op when all is well).
+
+        First the types, with :meth:`from_dict`'s messages (``lr="x"``: "must be a
+        number, got a string"), and nothing else while one is wrong; then every declared
+        range (``metadata["min"]`` ...: :func:`bound_problem`) of every section, policy
+        and regime section; then the rules that span fields. Run on construction; call
+        it again after changing a field.
+        """
+        errors = self._type_problems()
+        if errors:
+            raise ConfigError(errors)
 
         def check(ok: bool, path: str, message: str) -> None:
             if not ok and path not in errors:
                 errors[path] = message
 
+        _check_bounds(self, "", check)
         check(NAME_PATTERN.match(self.name) is not None, "name", _name_help(self.name))
         check(
             1 <= len(self.pool) <= MAX_POOL,
@@ -289,33 +432,7 @@ class RunConfig:
                 )
             seen.setdefault(policy.name, index)
             check(bool(policy.model.strip()), f"{path}.model", "name a model: 'zoo:<id>' or a path")
-            check(
-                policy.group_size >= 2,
-                f"{path}.group_size",
-                f"G must be at least 2 for a group baseline; got {policy.group_size}",
-            )
-            check(_positive(policy.lr), f"{path}.lr", f"lr must be > 0; got {policy.lr}")
-            check(
-                policy.max_new_tokens >= 1,
-                f"{path}.max_new_tokens",
-                f"max_new_tokens must be >= 1; got {policy.max_new_tokens}",
-            )
-            check(
-                _positive(policy.temperature),
-                f"{path}.temperature",
-                f"temperature must be > 0 (validation decodes greedily); got {policy.temperature}",
-            )
             check(policy.dtype in DTYPES, f"{path}.dtype", f"dtype must be one of {DTYPES}")
-            check(
-                policy.micro_batch_size >= 1,
-                f"{path}.micro_batch_size",
-                f"micro_batch_size must be >= 1; got {policy.micro_batch_size}",
-            )
-            check(
-                policy.device_share is None or _positive(policy.device_share),
-                f"{path}.device_share",
-                "device_share must be > 0 (or null to let MWRA decide)",
-            )
             sequences = self.prompts_per_step * policy.group_size
             per_mini_batch, remainder = divmod(sequences, max(self.grpo.mini_batches, 1))
             check(
@@ -340,25 +457,12 @@ class RunConfig:
             "grpo.advantage_estimator",
             f"use one of {ADVANTAGE_ESTIMATORS}",
         )
-        check(_positive(grpo.adv_eps), "grpo.adv_eps", "adv_eps must be > 0")
-        check(
-            0 < grpo.clip_eps < 1,
-            "grpo.clip_eps",
-            f"clip_eps must be in (0, 1); got {grpo.clip_eps}",
-        )
-        check(_non_negative(grpo.kl_coef), "grpo.kl_coef", "kl_coef must be >= 0")
         check(
             grpo.kl_estimator in KL_ESTIMATORS, "grpo.kl_estimator", f"use one of {KL_ESTIMATORS}"
         )
-        check(_positive(grpo.kl_clamp), "grpo.kl_clamp", "kl_clamp must be > 0")
-        check(_non_negative(grpo.entropy_coef), "grpo.entropy_coef", "entropy_coef must be >= 0")
         check(
             grpo.loss_agg in LOSS_AGGREGATIONS, "grpo.loss_agg", f"use one of {LOSS_AGGREGATIONS}"
         )
-        check(_positive(grpo.max_grad_norm), "grpo.max_grad_norm", "max_grad_norm must be > 0")
-        check(grpo.mini_batches >= 1, "grpo.mini_batches", "mini_batches must be >= 1")
-        check(grpo.epochs >= 1, "grpo.epochs", "epochs must be >= 1")
-        check(_non_negative(grpo.weight_decay), "grpo.weight_decay", "weight_decay must be >= 0")
 
         task = self.task
         check(task.kind in TASK_KINDS, "task.kind", f"use one of {TASK_KINDS}")
@@ -371,46 +475,67 @@ class RunConfig:
         elif task.kind in TASK_KINDS:
             check(bool(task.train_path), "task.train_path", f"a {task.kind} task needs train_path")
             check(bool(task.val_path), "task.val_path", f"a {task.kind} task needs val_path")
-        check(task.val_size >= 1, "task.val_size", "val_size must be >= 1")
 
-        check(
-            self.regime in REGIMES,
-            "regime",
-            f"unknown regime {self.regime!r}; use one of {REGIMES}",
-        )
+        self._validate_regime(check)
         check(self.off_policy in OFF_POLICY, "off_policy", f"use one of {OFF_POLICY}")
-        check(self.prp.k_peer >= 1, "prp.k_peer", "k_peer must be >= 1")
-        check(_positive(self.prp.c_bar), "prp.c_bar", "c_bar must be > 0")
+        self._validate_remix(check)
+        if errors:
+            raise ConfigError(errors)
+
+    def _type_problems(self) -> dict[str, str]:
+        """Where a field does not hold its type, by path, in :meth:`from_dict`'s words."""
+        from trainer.regimes import regime_spec, section_names
+
+        errors: dict[str, str] = {}
+        _check_type(RunConfig, self, "", errors)
+        if not isinstance(self.sections, dict):
+            errors["sections"] = (
+                f"must be a dict of regime sections by regime name, got {_json_type(self.sections)}"
+            )
+            return errors
+        for name in section_names():
+            if name not in self.sections:
+                continue  # registered since: section() gives its defaults
+            section_class = regime_spec(name).config
+            assert section_class is not None
+            section = self.sections[name]
+            if isinstance(section, section_class):
+                _check_type(section_class, section, name, errors)
+            else:
+                errors[name] = f"must be a {section_class.__name__}"
+        return errors
+
+    def _validate_regime(self, check: typing.Callable[[bool, str, str], None]) -> None:
+        """``regime`` names a registered regime; every regime section is valid (each
+        regime's optional ``problems``; the ranges are checked with every section's),
+        whichever regime is chosen, since all are stored."""
+        from trainer.regimes import regime_names, regime_spec, section_names
+
+        known = regime_names()
         check(
-            _non_negative(self.sgt.lambda_sgt),
-            "sgt.lambda_sgt",
-            f"lambda_sgt must be a finite number >= 0; got {self.sgt.lambda_sgt}",
+            self.regime in known,
+            "regime",
+            f"unknown regime {self.regime!r}; use one of {', '.join(known)}",
         )
-        check(self.sgt.k_sgt >= 1, "sgt.k_sgt", "k_sgt must be >= 1")
-        check(
-            math.isfinite(self.success_threshold) and 0 < self.success_threshold <= 1,
-            "success_threshold",
-            f"success_threshold must be in (0, 1] (rewards are in [0, 1]); "
-            f"got {self.success_threshold}",
-        )
-        if self.regime in {"prp", "xgrpo", "sgt"}:
+        with_settings = section_names()
+        for name, section in self.sections.items():
+            if name not in with_settings:
+                check(False, name, f"no regime {name!r} has settings; remove this section")
+                continue
+            rules = getattr(section, "problems", None)
+            for field_name, message in (rules(self) if rules else {}).items():
+                check(False, f"{name}.{field_name}", message)
+        if self.regime in known and regime_spec(self.regime).shares:
             check(
                 len(self.pool) >= 2,
                 "pool",
                 f"regime {self.regime!r} shares experience between policies: add a second "
                 "policy, or use regime 'standalone'",
             )
-        self._validate_remix(check)
-        check(self.steps >= 1, "steps", "steps must be >= 1")
-        check(self.prompts_per_step >= 1, "prompts_per_step", "prompts_per_step must be >= 1")
-        check(self.val_every >= 1, "val_every", "val_every must be >= 1")
-        check(self.checkpoint_every >= 1, "checkpoint_every", "checkpoint_every must be >= 1")
-        check(self.seed >= 0, "seed", "seed must be >= 0")
-        if errors:
-            raise ConfigError(errors)
 
     def _validate_remix(self, check: typing.Callable[[bool, str, str], None]) -> None:
-        """The ``remix`` section; its cross-field rules apply when ``off_policy`` is remix.
+        """The ``remix`` section (its ranges are its fields' metadata); its cross-field
+        rules apply when ``off_policy`` is remix.
 
         ReMix combines with every regime: the replay holds only the learner's own
         rollouts (whose behaviour policy is one of its own past versions), while peer
@@ -419,48 +544,6 @@ class RunConfig:
         is ReMix's number of passes over a batch and two such knobs would multiply.
         """
         remix = self.remix
-        check(
-            remix.replay_versions >= 1,
-            "remix.replay_versions",
-            f"replay_versions (N) must be >= 1; got {remix.replay_versions}",
-        )
-        check(
-            math.isfinite(remix.replay_fraction) and 0 <= remix.replay_fraction < 1,
-            "remix.replay_fraction",
-            f"replay_fraction (p) must be in [0, 1); got {remix.replay_fraction}",
-        )
-        check(
-            remix.updates_per_batch >= 1,
-            "remix.updates_per_batch",
-            f"updates_per_batch (m) must be >= 1; got {remix.updates_per_batch}",
-        )
-        check(_positive(remix.c_bar), "remix.c_bar", f"c_bar must be > 0; got {remix.c_bar}")
-        check(
-            remix.kl_lambda_start >= 0,
-            "remix.kl_lambda_start",
-            f"kl_lambda_start must be >= 0; got {remix.kl_lambda_start}",
-        )
-        check(
-            _non_negative(remix.kl_lambda_decay),
-            "remix.kl_lambda_decay",
-            f"kl_lambda_decay must be >= 0; got {remix.kl_lambda_decay}",
-        )
-        check(
-            remix.kl_lambda_every >= 1,
-            "remix.kl_lambda_every",
-            f"kl_lambda_every must be >= 1; got {remix.kl_lambda_every}",
-        )
-        check(
-            math.isfinite(remix.kl_lambda_floor) and 0 <= remix.kl_lambda_floor <= 1,
-            "remix.kl_lambda_floor",
-            f"kl_lambda_floor must be in [0, 1]; got {remix.kl_lambda_floor}",
-        )
-        check(
-            remix.reincarnation_step is None or remix.reincarnation_step >= 1,
-            "remix.reincarnation_step",
-            "reincarnation_step must be >= 1 (or null to never reincarnate); "
-            f"got {remix.reincarnation_step}",
-        )
         check(
             bool(remix.reflection_markers)
             and all(marker.strip() for marker in remix.reflection_markers),
@@ -506,11 +589,11 @@ def _name_help(name: str) -> str:
     )
 
 
-def _positive(value: float) -> bool:
+def is_positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 
 
-def _non_negative(value: float) -> bool:
+def is_non_negative(value: float) -> bool:
     return math.isfinite(value) and value >= 0
 
 
@@ -527,22 +610,163 @@ def _largest_divisor_at_most(total: int, limit: int) -> int:
     return best
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The range a number field declares in its metadata (``"min"``, ``"max"``,
+    ``"min_open"``, ``"max_open"``: see the module docstring)."""
+
+    min: float | None = None
+    max: float | None = None
+    min_open: bool = False
+    max_open: bool = False
+
+    @classmethod
+    def of(cls, metadata: Mapping[str, Any]) -> Bounds | None:
+        """The range a field's ``metadata`` declares, or None when it declares none."""
+        if metadata.get("min") is None and metadata.get("max") is None:
+            return None
+        return cls(
+            min=metadata.get("min"),
+            max=metadata.get("max"),
+            min_open=bool(metadata.get("min_open")),
+            max_open=bool(metadata.get("max_open")),
+        )
+
+    def contains(self, value: float) -> bool:
+        """Whether ``value`` is a finite number inside the range."""
+        if not math.isfinite(value):
+            return False
+        if self.min is not None and (value <= self.min if self.min_open else value < self.min):
+            return False
+        return self.max is None or (value < self.max if self.max_open else value <= self.max)
+
+    def text(self) -> str:
+        """The range as a message says it: ``>= 0``, ``> 0``, ``<= 1``, ``in [0, 1)``."""
+        if self.min is not None and self.max is not None:
+            low, high = "(" if self.min_open else "[", ")" if self.max_open else "]"
+            return f"in {low}{_number(self.min)}, {_number(self.max)}{high}"
+        if self.min is not None:
+            return f"{'>' if self.min_open else '>='} {_number(self.min)}"
+        assert self.max is not None
+        return f"{'<' if self.max_open else '<='} {_number(self.max)}"
+
+
+def bound_problem(name: str, metadata: Mapping[str, Any], value: Any) -> str | None:
+    """The fix-it message for ``value`` outside the range that field ``name``'s
+    ``metadata`` declares ("lambda_sgt must be >= 0; got -1.0"), or None (in range, no
+    range, not a number)."""
+    bounds = Bounds.of(metadata)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if bounds is None or not number or bounds.contains(value):
+        return None
+    message = metadata.get("message")
+    if not message:
+        name = f"{name} ({metadata['symbol']})" if metadata.get("symbol") else name
+        why = f" {metadata['why']}" if metadata.get("why") else ""
+        message = f"{name} must be {bounds.text()}{why}"
+    return f"{message}; got {value}"
+
+
+def _number(value: float) -> str:
+    """A bound as a message writes it: 0, 1, 0.5, 65536."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def _check_bounds(obj: Any, path: str, check: typing.Callable[[bool, str, str], None]) -> None:
+    """Check the declared range of every number field of dataclass ``obj``, and of the
+    dataclasses it holds: sections, the pool's policies, each regime's section. An int
+    in a float field reads as the float JSON would give (``got -1.0``)."""
+    hints = typing.get_type_hints(type(obj))
+    for spec in fields(obj):
+        value = getattr(obj, spec.name)
+        field_path = _join(path, spec.name)
+        if _is_sections(spec):
+            for regime, section in value.items():
+                if is_dataclass(section):
+                    _check_bounds(section, regime, check)
+        elif is_dataclass(value):
+            _check_bounds(value, field_path, check)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if is_dataclass(item):
+                    _check_bounds(item, f"{field_path}[{index}]", check)
+        else:
+            if type(value) is int and hints[spec.name] in (float, float | None):
+                value = float(value)
+            message = bound_problem(spec.name, spec.metadata, value)
+            check(message is None, field_path, message or "")
+
+
+def _check_type(hint: Any, value: Any, path: str, errors: dict[str, str]) -> None:
+    """Record where ``value``, built in Python, is not of type ``hint``, in the words
+    :func:`_convert` uses for JSON (``RunConfig.sections`` is checked by RunConfig)."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        _check_type(inner, value, path, errors)
+    elif origin is dict:
+        return
+    elif origin is list:
+        if not isinstance(value, list):
+            errors[path] = f"must be a list, got {_json_type(value)}"
+            return
+        for index, item in enumerate(value):
+            _check_type(args[0], item, f"{path}[{index}]", errors)
+    elif isinstance(hint, type) and is_dataclass(hint):
+        if isinstance(value, hint):
+            hints = typing.get_type_hints(hint)
+            for spec in fields(hint):
+                name = spec.name
+                _check_type(hints[name], getattr(value, name), _join(path, name), errors)
+        elif is_dataclass(value) or isinstance(value, dict):
+            errors[path] = f"must be a {hint.__name__}, got a {type(value).__name__}"
+        else:
+            errors[path] = f"{path or 'config'} must be a JSON object, got {_json_type(value)}"
+    else:
+        problem = _scalar_problem(hint, value, path)
+        if problem:
+            errors[path] = problem
+
+
+def _scalar_problem(hint: Any, value: Any, path: str) -> str | None:
+    """Why ``value`` is not a ``bool`` / ``int`` / ``float`` / ``str`` as ``hint`` says,
+    or None; a float must be finite, a string at most 100,000 characters."""
+    if hint is bool:
+        if isinstance(value, bool):
+            return None
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return None
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return None if math.isfinite(value) else "must be a finite number"
+    elif hint is str:
+        if isinstance(value, str):
+            return None if len(value) <= 100_000 else "is too long (100,000 characters at most)"
+    else:  # pragma: no cover - a field type this module does not handle yet
+        raise TypeError(f"unsupported config field type {hint!r} at {path}")
+    return f"must be {_TYPE_NAMES[hint]}, got {_json_type(value)}"
+
+
 T = TypeVar("T")
 
 
 def _build(cls: type[T], data: Any, path: str, errors: dict[str, str]) -> T | None:
-    """Build dataclass ``cls`` from JSON data, recording type errors by field path."""
+    """Build dataclass ``cls`` from JSON data, recording type errors by field path; with
+    any error recorded (here or before), nothing is built (None)."""
     where = path or "config"
-    errors_before = len(errors)
     if not isinstance(data, dict):
         errors[path] = f"{where} must be a JSON object, got {_json_type(data)}"
         return None
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
     for key in data:
-        if key not in known:
+        if key not in known or (_is_sections(known[key]) and not isinstance(data[key], dict)):
             errors[_join(path, key)] = (
-                f"unknown field {key!r} in {where}; known fields: {', '.join(known)}"
+                f"unknown field {key!r} in {where}; known fields: {', '.join(_json_names(cls))}"
             )
     kwargs: dict[str, Any] = {}
     for name, spec in known.items():
@@ -554,12 +778,29 @@ def _build(cls: type[T], data: Any, path: str, errors: dict[str, str]) -> T | No
         value = _convert(hints[name], data[name], field_path, errors)
         if value is not _INVALID:
             kwargs[name] = value
-    if len(errors) > errors_before:
+    if errors:
         return None
     return cls(**kwargs)
 
 
 _INVALID = object()
+
+
+def _is_sections(spec: Any) -> bool:
+    return bool(spec.metadata.get("regime_sections"))
+
+
+def _json_names(cls: type) -> list[str]:
+    """The keys of ``cls``'s JSON form: RunConfig's ``sections`` are the regimes' names."""
+    names: list[str] = []
+    for spec in fields(cls):  # type: ignore[arg-type]
+        if _is_sections(spec):
+            from trainer.regimes import section_names
+
+            names.extend(section_names())
+        else:
+            names.append(spec.name)
+    return names
 
 
 def _convert(hint: Any, value: Any, path: str, errors: dict[str, str]) -> Any:
@@ -570,6 +811,9 @@ def _convert(hint: Any, value: Any, path: str, errors: dict[str, str]) -> Any:
             return None
         (inner,) = [arg for arg in args if arg is not type(None)]
         return _convert(inner, value, path, errors)
+    if origin is dict:
+        # RunConfig.sections: already built, section by section, by RunConfig.from_dict.
+        return value
     if origin is list:
         if not isinstance(value, list):
             errors[path] = f"must be a list, got {_json_type(value)}"
@@ -579,28 +823,11 @@ def _convert(hint: Any, value: Any, path: str, errors: dict[str, str]) -> Any:
     if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
         built = _build(hint, value, path, errors)
         return _INVALID if built is None else built
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                errors[path] = "must be a finite number"
-                return _INVALID
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            if len(value) > 100_000:
-                errors[path] = "is too long (100,000 characters at most)"
-                return _INVALID
-            return value
-    else:  # pragma: no cover - a field type this module does not handle yet
-        raise TypeError(f"unsupported config field type {hint!r} at {path}")
-    errors[path] = f"must be {_TYPE_NAMES[hint]}, got {_json_type(value)}"
-    return _INVALID
+    problem = _scalar_problem(hint, value, path)
+    if problem:
+        errors[path] = problem
+        return _INVALID
+    return float(value) if hint is float else value
 
 
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}

@@ -3,8 +3,10 @@
 Per policy per step (SPEC section 3); the pseudo-policy :data:`POOL` carries pool-wide
 aggregates written by rank 0.
 
-The end of the module is the metric catalogue, :data:`CATALOGUE`: per key the name people
-read ("Validation reward@1", not ``val/reward@1``), its unit and its chart group. The run
+The end of the module is the metric catalogue, :func:`catalogue`: per key the name people
+read ("Validation reward@1", not ``val/reward@1``), its unit and its chart group; the
+keys every run logs are here (:data:`CORE_CATALOGUE`), each sharing regime declares its
+own (:class:`trainer.regimes.RegimeSpec`). The run
 page, the compare page and the exported figures all name metrics from it
 (:func:`describe`, :func:`policy_label`). Every key the trainer logs must be in it (a
 test checks); a key it does not know is shown by its name, under "Other".
@@ -44,19 +46,8 @@ VAL_REWARD_AT_1 = "val/reward@1"
 TIMING_KEYS = frozenset({TOKENS_PER_S, STEP_S, GENERATE_S, EXCHANGE_S, TRAIN_S})
 """Keys that depend on the machine's speed: everything else is reproducible from the seed."""
 
-# --- sharing regimes (SPEC 4) ----------------------------------------------------------
-PRP_IS_WEIGHT_MEAN = "prp/is_weight_mean"
-"""Mean truncated importance weight over the peer tokens the learner trained on."""
-PRP_IS_WEIGHT_CLIPPED_FRAC = "prp/is_weight_clipped_frac"
-"""Share of peer tokens whose weight was truncated at c_bar."""
-PRP_PEER_SAMPLES = "prp/peer_samples"
-XGRPO_BASELINE_SHIFT = "xgrpo/baseline_shift_mean"
-"""Mean |pooled baseline - own baseline| over the step's prompts (ablation: |noise|)."""
-XGRPO_POOLED_STD = "xgrpo/pooled_std_mean"
-SGT_RESCUE_SET_SIZE = "sgt/rescue_set_size"
-SGT_RESCUE_RATE = "sgt/rescue_rate"
-"""Rescued prompts / prompts on which the learner failed all G rollouts (0 if none)."""
-SGT_NLL = "sgt/nll"
+# --- the tokenizer heterogeneity layer, under the regimes that retokenize (SPEC 4.4) ---
+# Each regime declares its own keys (trainer/regimes/<name>/__init__.py).
 THL_RESIDUAL_SPAN_FRAC = "thl/residual_span_frac"
 THL_MASS_ERROR = "thl/mass_error"
 THL_UNK_FRAC = "thl/unk_frac"
@@ -145,7 +136,7 @@ GROUPS: tuple[ChartGroup, ...] = (
 )
 """The chart groups in the order the run page shows them (:data:`OTHER` comes last)."""
 
-CATALOGUE: tuple[MetricInfo, ...] = (
+CORE_CATALOGUE: tuple[MetricInfo, ...] = (
     MetricInfo(TRAIN_REWARD_MEAN, "Training reward (mean)", "", REWARDS),
     MetricInfo(VAL_REWARD_AT_1, "Validation reward@1", "", REWARDS),
     MetricInfo(TRAIN_ACCURACY, "Training accuracy", "", REWARDS),
@@ -164,14 +155,6 @@ CATALOGUE: tuple[MetricInfo, ...] = (
     MetricInfo(REMIX_KL_PREV, "ReMix KL to the previous policy", "nats", REMIX),
     MetricInfo(REMIX_LAMBDA, "ReMix λ", "", REMIX),
     MetricInfo(REMIX_REPLAY_SIZE, "ReMix replay size", "samples", REMIX),
-    MetricInfo(PRP_IS_WEIGHT_MEAN, "PRP importance weight (mean)", "", SHARING),
-    MetricInfo(PRP_IS_WEIGHT_CLIPPED_FRAC, "PRP clipped-weight fraction", "", SHARING),
-    MetricInfo(PRP_PEER_SAMPLES, "PRP peer samples", "samples", SHARING),
-    MetricInfo(XGRPO_BASELINE_SHIFT, "XGRPO baseline shift (mean)", "", SHARING),
-    MetricInfo(XGRPO_POOLED_STD, "XGRPO pooled std (mean)", "", SHARING),
-    MetricInfo(SGT_RESCUE_SET_SIZE, "SGT rescue-set size", "prompts", SHARING),
-    MetricInfo(SGT_RESCUE_RATE, "SGT rescue rate", "", SHARING),
-    MetricInfo(SGT_NLL, "SGT transfer NLL", "nats", SHARING),
     MetricInfo(THL_RESIDUAL_SPAN_FRAC, "THL residual-span fraction", "", SHARING),
     MetricInfo(THL_MASS_ERROR, "THL mass error", "", SHARING),
     MetricInfo(THL_UNK_FRAC, "THL unknown-token fraction", "", SHARING),
@@ -186,11 +169,10 @@ CATALOGUE: tuple[MetricInfo, ...] = (
     MetricInfo(GRAD_NORM, "Gradient norm", "", OPTIM),
     MetricInfo(LR, "Learning rate", "", OPTIM),
 )
-"""Every metric the trainer logs, in chart order within its group."""
+"""The metrics every run may log, in chart order within their group; the regimes' own
+keys come from their declarations (:func:`catalogue`)."""
 
-BY_KEY: Mapping[str, MetricInfo] = MappingProxyType({info.key: info for info in CATALOGUE})
-
-FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = (
+CORE_FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = (
     # Per-skill validation (trainer/policy.py), when the validation set spans several
     # skills: val/reward@1/addition, val/reward@1/multiplication, ...
     (
@@ -199,34 +181,66 @@ FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = (
         "",
         REWARDS,
     ),
-    # PRP's mean importance weight per skill of the prompt (trainer/regimes/prp.py), when
-    # the step's prompts span several skills: prp/is_weight_mean/addition, ...
-    (
-        re.compile(r"prp/is_weight_mean/(?P<skill>[a-z0-9_]+)"),
-        "PRP importance weight (mean) · {skill}",
-        "",
-        SHARING,
-    ),
 )
 """Keys with a variable part, as ``(pattern, label template, unit, group)``; the label
 template is formatted with the pattern's named groups."""
 
-_PREFIX_GROUPS = {"prp": SHARING, "xgrpo": SHARING, "sgt": SHARING, "thl": SHARING}
-_PREFIX_GROUPS |= {"remix": REMIX, "perf": THROUGHPUT, "response": RESPONSE}
+_PREFIX_GROUPS = {"thl": SHARING, "remix": REMIX, "perf": THROUGHPUT, "response": RESPONSE}
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """The whole catalogue at one moment: the core keys and every registered regime's."""
+
+    entries: tuple[MetricInfo, ...]
+    """In chart order within each group: a regime's keys come before THL's, in the
+    regimes' order."""
+    by_key: Mapping[str, MetricInfo]
+    families: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...]
+    prefix_groups: Mapping[str, ChartGroup]
+
+
+_cached: tuple[int, Catalogue] | None = None
+
+
+def catalogue() -> Catalogue:
+    """The catalogue with the regimes registered now (rebuilt only when they change)."""
+    global _cached
+    from trainer.regimes import REGIMES, regime_families, regime_metrics, regime_names
+
+    if _cached is not None and _cached[0] == REGIMES.version:
+        return _cached[1]
+    regime_entries = tuple(regime_metrics())
+    first_thl = next(i for i, info in enumerate(CORE_CATALOGUE) if info.key.startswith("thl/"))
+    entries = (*CORE_CATALOGUE[:first_thl], *regime_entries, *CORE_CATALOGUE[first_thl:])
+    families = (
+        *CORE_FAMILIES,
+        *((f.pattern, f.label, f.unit, f.group) for f in regime_families()),
+    )
+    prefix_groups = {name: SHARING for name in regime_names()} | _PREFIX_GROUPS
+    built = Catalogue(
+        entries,
+        MappingProxyType({info.key: info for info in entries}),
+        families,
+        MappingProxyType(prefix_groups),
+    )
+    _cached = (REGIMES.version, built)
+    return built
 
 
 def describe(key: str) -> MetricInfo:
     """The catalogue's entry of ``key``; for a key of a family, its entry with the
     variable parts filled in; otherwise the key itself as label, no unit, and the group
     of its prefix where that names one (``sgt/...``: the sharing regime), else Other."""
-    info = BY_KEY.get(key)
+    known = catalogue()
+    info = known.by_key.get(key)
     if info is not None:
         return info
-    for pattern, label, unit, group in FAMILIES:
+    for pattern, label, unit, group in known.families:
         found = pattern.fullmatch(key)
         if found:
             return MetricInfo(key, label.format(**found.groupdict()), unit, group)
-    return MetricInfo(key, key, "", _PREFIX_GROUPS.get(key.split("/", 1)[0], OTHER))
+    return MetricInfo(key, key, "", known.prefix_groups.get(key.split("/", 1)[0], OTHER))
 
 
 def label(key: str) -> str:

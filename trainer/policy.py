@@ -1,11 +1,15 @@
 """One policy of the pool: model, reference, tokenizer, optimizer, and its update.
 
-The update is plumbing around the pure functions of :mod:`trainer.core`. What it trains
-on is a :class:`LearnerBatch` that the sharing regime assembles: the policy's own
-rollouts, possibly peer rollouts (PRP, with per-token importance weights) and an
-auxiliary NLL set (SGT). Under ReMix (SPEC 5) the batch also carries replayed samples
-with their behaviour log-probs, and :meth:`Policy.train_step_remix` optimises the
-mix-policy objective of :mod:`trainer.remix.losses` instead of GRPO's.
+The update is plumbing around the pure functions of :mod:`trainer.core`: per micro-batch
+one forward and one call of an objective chosen by name from
+:data:`trainer.core.OBJECTIVES` (``grpo``; ``remix`` under ReMix), then the auxiliary
+terms the batch carries, each scored by its :data:`trainer.core.AUX_LOSSES` entry. What
+it trains on is a :class:`LearnerBatch` that the sharing regime assembles: the policy's
+own rollouts, possibly peer rollouts (PRP, with per-token importance weights) and
+auxiliary terms on sequences of their own (:class:`AuxTerm`: SGT's NLL on rescued
+successes). Under ReMix (SPEC 5) the batch also carries replayed samples with their
+behaviour log-probs, and :meth:`Policy.train_step_remix` optimises the ``remix``
+objective instead of ``grpo``. The objectives and terms name the metrics they report.
 
 Log-probs are those of the sampling distribution (SPEC 9). The engine samples from
 ``softmax(logits / T)`` at the policy's ``temperature`` T (no top-k, no top-p), so every
@@ -23,14 +27,15 @@ log-prob that enters a ratio, an importance weight or the KL term is
 
 Each policy scores with its own temperature: PRP's learner scores a peer's tokens under
 the learner's tempered distribution (the learner's side of ``pi_learner / mu``), while
-``mu`` is the peer's own, at the peer's temperature. Two things keep temperature 1: SGT's
-auxiliary NLL, a supervised cross-entropy on the model's plain logits (as in SFT; no
-ratio involves it), and greedy validation, where the temperature changes no argmax.
+``mu`` is the peer's own, at the peer's temperature. Two things keep temperature 1: the
+auxiliary terms (SGT's NLL), supervised losses on the model's plain logits (as in SFT; no
+ratio involves them), and greedy validation, where the temperature changes no argmax.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,13 +49,18 @@ from trainer.chat import format_prompt
 from trainer.config import GRPOConfig, PolicyConfig
 from trainer.core import (
     ADVANTAGE_ESTIMATORS,
+    AUX_LOSSES,
+    OBJECTIVES,
+    AuxLoss,
+    Objective,
+    ObjectiveInputs,
+    ObjectiveSettings,
+    TokenStat,
     entropy_from_logits,
-    policy_loss,
-    sft_nll_sum,
     token_log_probs,
 )
 from trainer.models import load_causal_lm, load_tokenizer
-from trainer.remix.losses import RemixObjective, remix_policy_loss
+from trainer.remix.losses import RemixObjective
 from trainer.rollout import HFRolloutEngine, RolloutBatch
 from trainer.tasks import Problem
 from trainer.tasks.rewards import RewardFn
@@ -77,14 +87,36 @@ class Rollouts:
         return range(prompt_index * self.group_size, (prompt_index + 1) * self.group_size)
 
 
+@dataclass(frozen=True)
+class AuxTerm:
+    """An auxiliary loss on sequences of its own, which a regime attaches to a
+    :class:`LearnerBatch` (SGT: the NLL of the rescued successes, weight ``lambda_sgt``).
+
+    Every optimizer step of the update adds ``coef`` times the token-mean of the
+    :data:`trainer.core.AUX_LOSSES` entry ``loss`` over the response tokens of these
+    sequences, scored on the model's plain logits (temperature 1, a supervised loss as
+    in SFT). The step reports that token-mean as ``metric``, averaged over its optimizer
+    steps. A term without sequences or with ``coef`` 0 changes nothing and costs nothing.
+    """
+
+    loss: str
+    """Name in :data:`trainer.core.AUX_LOSSES` (``"nll"``)."""
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    coef: float
+    metric: str
+    """The metric the term's value is reported as (SGT: ``sgt/nll``)."""
+
+
 @dataclass
 class LearnerBatch:
     """What a policy optimises at one step.
 
     ``token_weights[i]`` is None for on-policy samples and, for an off-policy (peer)
     sample, one weight per response token that multiplies its surrogate (PRP's truncated
-    importance weight). ``aux_*`` is a set of sequences trained with a token-mean NLL of
-    weight ``aux_coef`` (SGT); empty, it changes nothing.
+    importance weight). ``aux_terms`` are losses on sequences of their own that the
+    regime attaches (SGT's NLL on rescued successes); none, the objective is exactly
+    the policy objective.
 
     ``behaviour_logp[i]`` (ReMix) is None for a sample whose ratio is taken against the
     current policy ``pi_k`` (own fresh rollouts; PRP's peer rollouts, whose
@@ -101,9 +133,7 @@ class LearnerBatch:
     response_ids: list[list[int]]
     advantages: torch.Tensor  # [N]
     token_weights: list[list[float] | None] = field(default_factory=list)
-    aux_prompt_ids: list[list[int]] = field(default_factory=list)
-    aux_response_ids: list[list[int]] = field(default_factory=list)
-    aux_coef: float = 0.0
+    aux_terms: list[AuxTerm] = field(default_factory=list)
     behaviour_logp: list[list[float] | None] = field(default_factory=list)
     old_logp: list[list[float] | None] = field(default_factory=list)
 
@@ -271,7 +301,8 @@ class Policy:
 
     # --- the update ---------------------------------------------------------------------
     def train_step(self, batch: LearnerBatch) -> dict[str, float]:
-        """Optimise the GRPO objective (plus the batch's extras); return actor metrics."""
+        """Optimise the ``grpo`` objective (plus the batch's auxiliary terms); return the
+        actor metrics and those of the terms."""
         if any(batch.replayed):
             raise ValueError("a batch with replayed samples needs train_step_remix")
         return self._train(batch, None)[0]
@@ -279,7 +310,7 @@ class Policy:
     def train_step_remix(
         self, batch: LearnerBatch, objective: RemixObjective
     ) -> tuple[dict[str, float], list[list[float]]]:
-        """Optimise ReMix's objective on ``batch`` (fresh and replayed samples).
+        """Optimise the ``remix`` objective on ``batch`` (fresh and replayed samples).
 
         ``objective.updates_per_batch`` passes over the batch (UTD), each split into
         ``grpo.mini_batches`` optimizer steps. Returns the actor and ``remix/*`` metrics,
@@ -290,93 +321,95 @@ class Policy:
         metrics, old_logp, response_mask = self._train(batch, objective)
         assert old_logp is not None  # ReMix always computes log pi_k
         behaviour = [old_logp[row][response_mask[row].bool()].tolist() for row in range(len(batch))]
-        return metrics, behaviour
+        return metrics | {m.REMIX_LAMBDA: objective.kl_lambda}, behaviour
 
     def _train(
-        self, batch: LearnerBatch, objective: RemixObjective | None
+        self, batch: LearnerBatch, remix: RemixObjective | None
     ) -> tuple[dict[str, float], torch.Tensor | None, torch.Tensor]:
-        """The update of :meth:`train_step` (``objective`` None) or :meth:`train_step_remix`;
-        also returns ``old_logp`` (None when no separate forward was needed) and
-        ``response_mask``."""
+        """The update of :meth:`train_step` (``remix`` None: the ``grpo`` objective) or
+        :meth:`train_step_remix` (``remix``); also returns ``old_logp`` (None when no
+        separate forward was needed) and ``response_mask``."""
         input_ids, attention_mask, response_mask = build_sequences(
             batch.prompt_ids, batch.response_ids, self.pad_id
         )
-        advantages = batch.advantages[:, None].expand_as(response_mask)
-        weights = self._token_weights(batch, response_mask)
         bounds = _split_bounds(len(batch), self.grpo.mini_batches)
-        passes = self.grpo.epochs if objective is None else objective.updates_per_batch
+        passes = self.grpo.epochs if remix is None else remix.updates_per_batch
         # One pass of one mini-batch: the policy that sampled is the one being updated, so
         # the ratio's denominator is the update's own log-probs, detached (``None`` here);
         # a separate forward for them would compute the same numbers again. Otherwise one
         # forward scores the rows whose old log-probs the batch does not carry.
         old_logp = (
             None
-            if objective is None and passes == 1 and len(bounds) == 1
+            if remix is None and passes == 1 and len(bounds) == 1
             else self._old_logp(batch, input_ids, attention_mask, response_mask)
         )
         ref_logp = (
             self._log_probs(self.reference, input_ids, attention_mask)
-            if self.grpo.kl_coef > 0 or objective is not None
+            if self.grpo.kl_coef > 0 or remix is not None
             else None
         )
-        remix = (
-            None
-            if objective is None or old_logp is None
-            else _RemixInputs(
-                objective,
-                self._behaviour_logp(batch, old_logp, response_mask),
-                torch.tensor(batch.replayed, dtype=torch.bool),
+        inputs = ObjectiveInputs(
+            mask=response_mask,
+            advantages=batch.advantages[:, None].expand_as(response_mask),
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+            token_weights=self._token_weights(batch, response_mask),
+        )
+        if remix is not None:
+            assert old_logp is not None
+            inputs = dataclasses.replace(
+                inputs,
+                behaviour_logp=self._behaviour_logp(batch, old_logp, response_mask),
+                replayed=torch.tensor(batch.replayed, dtype=torch.bool),
             )
-        )
-        aux = (
-            build_sequences(batch.aux_prompt_ids, batch.aux_response_ids, self.pad_id)
-            if batch.aux_response_ids and batch.aux_coef > 0
-            else None
-        )
+        objective = OBJECTIVES.get("grpo" if remix is None else "remix")
+        settings = self._objective_settings(remix)
+        aux_sets = [
+            _AuxSet(
+                term,
+                AUX_LOSSES.get(term.loss),
+                *build_sequences(term.prompt_ids, term.response_ids, self.pad_id),
+            )
+            for term in batch.aux_terms
+            if term.response_ids and term.coef > 0
+        ]
 
-        totals = dict.fromkeys(("pg_loss", "kl_loss", "entropy", "clip_frac", "grad_norm"), 0.0)
-        totals |= dict.fromkeys(("aux_nll", "kl_base", "kl_prev", "ratio_sum", "tokens"), 0.0)
-        ratio_max = 0.0
+        totals = _Tally()
         updates = 0
         for _ in range(passes):
             for start, stop in bounds:
                 rows = slice(start, stop)
-                stats = self._update(
-                    input_ids[rows],
-                    attention_mask[rows],
-                    response_mask[rows],
-                    None if old_logp is None else old_logp[rows],
-                    None if ref_logp is None else ref_logp[rows],
-                    advantages[rows],
-                    None if weights is None else weights[rows],
-                    aux,
-                    batch.aux_coef,
-                    remix=None if remix is None else remix.rows(rows),
+                totals.merge(
+                    self._update(
+                        input_ids[rows],
+                        attention_mask[rows],
+                        inputs.rows(rows),
+                        objective,
+                        settings,
+                        aux_sets,
+                    )
                 )
-                ratio_max = max(ratio_max, stats.pop("ratio_max", 0.0))
-                for key, value in stats.items():
-                    totals[key] += value
                 updates += 1
-        result = {
-            m.PG_LOSS: totals["pg_loss"] / updates,
-            m.KL_LOSS: totals["kl_loss"] / updates,
+        metrics = totals.metrics(updates) | {
             m.KL_COEF: self.grpo.kl_coef,
-            m.ENTROPY: totals["entropy"] / updates,
-            m.CLIP_FRAC: totals["clip_frac"] / updates,
-            m.GRAD_NORM: totals["grad_norm"] / updates,
             m.LR: self.optimizer.param_groups[0]["lr"],
         }
-        if aux is not None:
-            result[m.SGT_NLL] = totals["aux_nll"] / updates
-        if remix is not None:
-            result |= {
-                m.REMIX_KL_BASE: totals["kl_base"] / updates,
-                m.REMIX_KL_PREV: totals["kl_prev"] / updates,
-                m.REMIX_IS_RATIO_MEAN: totals["ratio_sum"] / max(totals["tokens"], 1.0),
-                m.REMIX_IS_RATIO_MAX: ratio_max,
-                m.REMIX_LAMBDA: objective.kl_lambda,
-            }
-        return result, old_logp, response_mask
+        return metrics, old_logp, response_mask
+
+    def _objective_settings(self, remix: RemixObjective | None) -> ObjectiveSettings:
+        """The objective's constants: GRPO's config, and ReMix's of this step."""
+        grpo = self.grpo
+        settings = ObjectiveSettings(
+            clip_eps=grpo.clip_eps,
+            kl_coef=grpo.kl_coef,
+            kl_clamp=grpo.kl_clamp,
+            entropy_coef=grpo.entropy_coef,
+            agg=grpo.loss_agg,
+            kl_estimator=grpo.kl_estimator,
+        )
+        if remix is None:
+            return settings
+        return dataclasses.replace(settings, c_bar=remix.c_bar, kl_lambda=remix.kl_lambda)
 
     def _old_logp(
         self,
@@ -419,35 +452,27 @@ class Policy:
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
-        response_mask: torch.Tensor,
-        old_logp: torch.Tensor | None,
-        ref_logp: torch.Tensor | None,
-        advantages: torch.Tensor,
-        token_weights: torch.Tensor | None,
-        aux: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
-        aux_coef: float,
-        *,
-        remix: _RemixInputs | None = None,
-    ) -> dict[str, float]:
+        inputs: ObjectiveInputs,
+        objective: Objective,
+        settings: ObjectiveSettings,
+        aux_sets: Sequence[_AuxSet],
+    ) -> _Tally:
         """One optimizer step on a mini-batch, accumulated over micro-batches.
 
-        Each micro-batch's aggregated loss is weighted by its share of the mini-batch's
-        tokens (token-mean) or sequences (seq-mean-token-mean), so the gradient equals
-        that of the loss aggregated over the whole mini-batch. An auxiliary NLL set adds
-        ``aux_coef`` times its token-mean NLL to every optimizer step. With ``remix``
-        the loss is ReMix's (:func:`trainer.remix.losses.remix_policy_loss`), with
-        ``old_logp`` as ``log pi_k`` and ``ref_logp`` as the base policy. ``old_logp`` None
-        means the first and only pass: the current log-probs, detached, stand in for it.
+        Per micro-batch: one forward, one call of ``objective`` on that micro-batch's
+        view of ``inputs``, one backward. Each micro-batch's aggregated loss (and each
+        metric it reports) is weighted by its share of the mini-batch's tokens
+        (token-mean) or sequences (seq-mean-token-mean), so the gradient equals that of
+        the loss aggregated over the whole mini-batch. Then every auxiliary set adds its
+        term (:meth:`_aux_backward`) to the same optimizer step.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        if self.grpo.loss_agg == "token-mean":
-            weights = response_mask.sum(dim=1)
+        if settings.agg == "token-mean":
+            weights = inputs.mask.sum(dim=1)
         else:
-            weights = (response_mask.sum(dim=1) > 0).float()
+            weights = (inputs.mask.sum(dim=1) > 0).float()
         total_weight = float(weights.sum())
-        stats = dict.fromkeys(("pg_loss", "kl_loss", "entropy", "clip_frac", "aux_nll"), 0.0)
-        if remix is not None:
-            stats |= dict.fromkeys(("kl_base", "kl_prev", "ratio_sum", "tokens", "ratio_max"), 0.0)
+        tally = _Tally()
         for rows in self._micro_batches(input_ids.shape[0]):
             share = float(weights[rows].sum()) / total_weight
             if share == 0.0:
@@ -455,93 +480,46 @@ class Policy:
             logits, targets, width = self._forward(
                 self.model, input_ids[rows], attention_mask[rows], self.temperature
             )
-            logp = token_log_probs(logits, targets)
-            mask = response_mask[rows, : width - 1]
-            if remix is None:
-                out = policy_loss(
-                    logp=logp,
-                    old_logp=(logp.detach() if old_logp is None else old_logp[rows, : width - 1]),
-                    ref_logp=None if ref_logp is None else ref_logp[rows, : width - 1],
-                    advantages=advantages[rows, : width - 1],
-                    mask=mask,
-                    entropy=entropy_from_logits(logits),
-                    clip_eps=self.grpo.clip_eps,
-                    kl_coef=self.grpo.kl_coef,
-                    kl_clamp=self.grpo.kl_clamp,
-                    entropy_coef=self.grpo.entropy_coef,
-                    agg=self.grpo.loss_agg,
-                    kl_estimator=self.grpo.kl_estimator,
-                    token_weights=(
-                        None if token_weights is None else token_weights[rows, : width - 1]
-                    ),
-                )
-            else:
-                assert ref_logp is not None and old_logp is not None
-                out = remix_policy_loss(
-                    logp=logp,
-                    behaviour_logp=remix.behaviour_logp[rows, : width - 1],
-                    current_logp=old_logp[rows, : width - 1],
-                    base_logp=ref_logp[rows, : width - 1],
-                    advantages=advantages[rows, : width - 1],
-                    mask=mask,
-                    replayed=remix.replayed[rows],
-                    entropy=entropy_from_logits(logits),
-                    clip_eps=self.grpo.clip_eps,
-                    c_bar=remix.objective.c_bar,
-                    kl_coef=self.grpo.kl_coef,
-                    kl_lambda=remix.objective.kl_lambda,
-                    kl_clamp=self.grpo.kl_clamp,
-                    entropy_coef=self.grpo.entropy_coef,
-                    agg=self.grpo.loss_agg,
-                    kl_estimator=self.grpo.kl_estimator,
-                    token_weights=(
-                        None if token_weights is None else token_weights[rows, : width - 1]
-                    ),
-                )
-                stats["kl_base"] += out.kl_base.item() * share
-                stats["kl_prev"] += out.kl_prev.item() * share
-                ratios = out.ratio[mask.bool()]
-                stats["ratio_sum"] += float(ratios.sum())
-                stats["tokens"] += float(ratios.numel())
-                if ratios.numel():
-                    stats["ratio_max"] = max(stats["ratio_max"], float(ratios.max()))
-            (out.loss * share).backward()
-            stats["pg_loss"] += out.pg_loss.item() * share
-            stats["kl_loss"] += out.kl_loss.item() * share
-            stats["entropy"] += out.entropy.item() * share
-            stats["clip_frac"] += out.clip_frac.item() * share
-        if aux is not None:
-            stats["aux_nll"] = self._aux_nll_backward(*aux, coef=aux_coef)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grpo.max_grad_norm)
-        stats["grad_norm"] = float(grad_norm)
-        if math.isfinite(stats["grad_norm"]):
-            self.optimizer.step()
-        return stats
-
-    def _aux_nll_backward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        response_mask: torch.Tensor,
-        *,
-        coef: float,
-    ) -> float:
-        """Backward ``coef`` x token-mean NLL of the auxiliary responses; return the NLL.
-
-        A supervised cross-entropy on the model's logits at temperature 1, as in SFT: no
-        ratio or importance weight involves it, so the sampling temperature plays no part.
-        """
-        total_tokens = float(response_mask.sum())
-        nll_total = 0.0
-        for rows in self._micro_batches(input_ids.shape[0]):
-            logits, targets, width = self._forward(
-                self.model, input_ids[rows], attention_mask[rows], 1.0
+            out = objective(
+                logp=token_log_probs(logits, targets),
+                entropy=entropy_from_logits(logits),
+                inputs=inputs.rows(rows, width - 1),
+                settings=settings,
             )
-            mask = response_mask[rows, : width - 1]
-            nll_sum = sft_nll_sum(token_log_probs(logits, targets), mask)
-            (coef * nll_sum / total_tokens).backward()
-            nll_total += nll_sum.item()
-        return nll_total / total_tokens
+            (out.loss * share).backward()
+            for key, value in out.metrics.items():
+                tally.add(key, value.item() * share)
+            for stat in out.token_stats:
+                tally.add_tokens(stat)
+        for aux in aux_sets:
+            tally.add(aux.term.metric, self._aux_backward(aux))
+        grad_norm = float(
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grpo.max_grad_norm)
+        )
+        tally.add(m.GRAD_NORM, grad_norm)
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        return tally
+
+    def _aux_backward(self, aux: _AuxSet) -> float:
+        """Backward ``coef`` x the token-mean of the term's loss over its sequences (its
+        :data:`trainer.core.AUX_LOSSES` entry sums each micro-batch's tokens); return
+        that token-mean.
+
+        A supervised loss on the model's logits at temperature 1, as in SFT: no ratio or
+        importance weight involves it, so the sampling temperature plays no part.
+        """
+        total_tokens = float(aux.response_mask.sum())
+        total = 0.0
+        for rows in self._micro_batches(aux.input_ids.shape[0]):
+            logits, targets, width = self._forward(
+                self.model, aux.input_ids[rows], aux.attention_mask[rows], 1.0
+            )
+            mask = aux.response_mask[rows, : width - 1]
+            loss_sum = aux.loss_fn(token_log_probs(logits, targets), mask)
+            (aux.term.coef * loss_sum / total_tokens).backward()
+            total += loss_sum.item()
+        return total / total_tokens
 
     def _micro_batches(self, n: int) -> list[slice]:
         size = self.config.micro_batch_size
@@ -583,15 +561,55 @@ class Policy:
 
 
 @dataclass(frozen=True)
-class _RemixInputs:
-    """What a ReMix update needs beyond GRPO's tensors."""
+class _AuxSet:
+    """An :class:`AuxTerm` with its loss function looked up and its sequences built:
+    ``input_ids [n, L]``, ``attention_mask [n, L]``, ``response_mask [n, L-1]``."""
 
-    objective: RemixObjective
-    behaviour_logp: torch.Tensor  # [N, L-1]: log pi_behaviour (log pi_k on fresh samples)
-    replayed: torch.Tensor  # [N] bool
+    term: AuxTerm
+    loss_fn: AuxLoss
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
 
-    def rows(self, rows: slice) -> _RemixInputs:
-        return _RemixInputs(self.objective, self.behaviour_logp[rows], self.replayed[rows])
+
+class _Tally:
+    """Metric sums over micro-batches or optimizer steps.
+
+    ``values`` add up (the step reports their mean over its optimizer steps); the
+    per-token statistics of :class:`trainer.core.TokenStat` keep their sum, count and max
+    over every token.
+    """
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+        self.tokens: dict[tuple[str, str], list[float]] = {}
+
+    def add(self, key: str, value: float) -> None:
+        self.values[key] = self.values.get(key, 0.0) + value
+
+    def add_tokens(self, stat: TokenStat) -> None:
+        entry = self.tokens.setdefault((stat.mean_key, stat.max_key), [0.0, 0.0, 0.0])
+        entry[0] += float(stat.values.sum())
+        entry[1] += float(stat.values.numel())
+        if stat.values.numel():
+            entry[2] = max(entry[2], float(stat.values.max()))
+
+    def merge(self, other: _Tally) -> None:
+        for key, value in other.values.items():
+            self.add(key, value)
+        for keys, (total, count, peak) in other.tokens.items():
+            entry = self.tokens.setdefault(keys, [0.0, 0.0, 0.0])
+            entry[0] += total
+            entry[1] += count
+            entry[2] = max(entry[2], peak)
+
+    def metrics(self, steps: int) -> dict[str, float]:
+        """``values`` averaged over ``steps``; each token statistic's mean and max."""
+        result = {key: value / steps for key, value in self.values.items()}
+        for (mean_key, max_key), (total, count, peak) in self.tokens.items():
+            result[mean_key] = total / max(count, 1.0)
+            result[max_key] = peak
+        return result
 
 
 def _scatter_per_token(

@@ -36,6 +36,8 @@ class Registry(Generic[T]):
         """``kind`` names what is registered (``"loss aggregation"``); used in errors."""
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self.version = 0
+        """Counts registrations and removals, so derived tables know when to rebuild."""
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator that registers its target under ``name`` and returns it unchanged.
@@ -48,9 +50,15 @@ class Registry(Generic[T]):
             if name in self._entries:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._entries[name] = obj
+            self.version += 1
             return obj
 
         return decorator
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (tests and plug-ins that register for a while)."""
+        del self._entries[name]
+        self.version += 1
 
     def get(self, name: str) -> T:
         """The object registered as ``name``.

@@ -43,7 +43,8 @@ from trainer.config import RunConfig
 from trainer.exchange import SharedExperienceExchange, StepRecord
 from trainer.models import ModelSourceError, check_model_source
 from trainer.policy import Policy
-from trainer.regimes import Regime, make_regime
+from trainer.regimes import make_regime
+from trainer.regimes.base import Regime
 from trainer.remix import Consumption, self_reflection_rate
 from trainer.remix.reuse import ReMix
 from trainer.shipper import Shipper

@@ -3,7 +3,8 @@
 The trainer writes every metric point to ``<run_dir>/metrics.jsonl`` and every
 peer-transfer event to ``<run_dir>/events.jsonl`` before anything is shipped to the web
 app, one JSON object per line with exactly the fields of the ingestion contract (SPEC
-8.1) and nothing else. :mod:`trainer.shipper` reads these files and sends them on.
+8.1, :mod:`trainer.wire`) and nothing else. :mod:`trainer.shipper` reads these files and
+sends them on.
 
 Guarantees:
 
@@ -17,6 +18,11 @@ Guarantees:
   what its checkpoint had recorded, so the resumed steps rewrite the same lines. Each
   truncation is also logged to ``<run_dir>/spool_truncations.jsonl`` so a shipper that
   already read past the cut knows to move its cursor back (see :mod:`trainer.shipper`).
+* What is written, the web app accepts: :func:`make_point`, :func:`make_event` and
+  :func:`make_sample` check every field against the contract's definitions (types,
+  lengths, bounds, the registered event kinds) and raise :class:`~trainer.wire.WireError`
+  (a ``TypeError`` and a ``ValueError``) naming the field; a sample's text and tokens,
+  which may be long, are cut to the contract's bounds instead, and say so.
 
 Non-finite values travel as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``
 (:func:`make_point` encodes them, :func:`decode_value` decodes them).
@@ -34,7 +40,25 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
+
+from trainer.wire import (
+    EVENT,
+    EVENT_KINDS,
+    MAX_EVENT_SAMPLES,
+    MAX_SAMPLE_TEXT,
+    MAX_SAMPLE_TOKENS,
+    MAX_TOKEN_CHARS,
+    NON_FINITE,
+    POINT,
+    Field,
+    Record,
+    WireError,
+    clip_text,
+    decode_value,
+    encode_value,
+    event_kind_names,
+)
 
 logger = logging.getLogger("trainer.spool")
 
@@ -42,19 +66,50 @@ METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
 TRUNCATIONS_FILE = "spool_truncations.jsonl"
 
-POINT_FIELDS = ("policy", "key", "step", "value", "wall_time")
-EVENT_FIELDS = ("step", "source", "target", "kind", "prompt_id", "count", "weight")
-EVENT_OPTIONAL_FIELDS = ("samples",)
-EVENT_KINDS = ("rollout", "advantage_stats", "success")
-# The bounds of an event's samples, as the web app enforces them (webapp/api/batch.py):
-# make_sample cuts to them, so a long response never gets a batch refused.
-MAX_EVENT_SAMPLES = 4
-MAX_SAMPLE_TEXT = 2000
-MAX_SAMPLE_TOKENS = 512
-MAX_TOKEN_CHARS = 32
-NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+POINT_FIELDS = POINT.written
+"""A point line's fields, in order (every field of the contract's point)."""
+EVENT_FIELDS = EVENT.written
+"""The fields of every event line, in order."""
+EVENT_OPTIONAL_FIELDS = EVENT.optional
+"""The fields an event line has only when known (``samples``)."""
 
-EventKind = Literal["rollout", "advantage_stats", "success"]
+__all__ = [
+    "EVENTS_FILE",
+    "EVENT_FIELDS",
+    "EVENT_KINDS",
+    "EVENT_OPTIONAL_FIELDS",
+    "MAX_EVENT_SAMPLES",
+    "MAX_SAMPLE_TEXT",
+    "MAX_SAMPLE_TOKENS",
+    "MAX_TOKEN_CHARS",
+    "METRICS_FILE",
+    "NON_FINITE",
+    "POINT_FIELDS",
+    "TRUNCATIONS_FILE",
+    "Event",
+    "Point",
+    "Sample",
+    "Spool",
+    "SpoolOffsets",
+    "WireError",
+    "complete_length",
+    "decode_value",
+    "encode_line",
+    "encode_value",
+    "make_event",
+    "make_point",
+    "make_sample",
+    "normalize_event",
+    "normalize_point",
+    "read_complete_lines",
+    "read_events",
+    "read_points",
+    "read_truncations",
+]
+
+_POLICY, _KEY, _STEP, _WALL_TIME = (POINT[name] for name in ("policy", "key", "step", "wall_time"))
+_SOURCE, _TARGET, _PROMPT_ID = (EVENT[name] for name in ("source", "target", "prompt_id"))
+_COUNT, _WEIGHT = EVENT["count"], EVENT["weight"]
 
 
 class Point(TypedDict):
@@ -90,7 +145,7 @@ class Sample(TypedDict):
     truncated: bool
 
 
-# --------------------------------------------------------------------------- values
+# --------------------------------------------------------------------------- fields
 
 
 def _is_real(value: object) -> bool:
@@ -101,53 +156,28 @@ def _is_integral(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def encode_value(value: float | str) -> float | str:
-    """A metric value as it is written: a float, or one of the non-finite strings.
-
-    Accepts any real number (ints and numpy scalars included) and, so that encoding is
-    idempotent, the three strings themselves. Raises ``TypeError`` otherwise.
-    """
-    if isinstance(value, str):
-        if value not in NON_FINITE:
-            raise TypeError(f"value must be a number or one of {list(NON_FINITE)}, not {value!r}")
-        return value
-    if not _is_real(value):
-        raise TypeError(f"value must be a real number, not {type(value).__name__}")
-    number = float(value)
-    if math.isnan(number):
-        return "NaN"
-    if math.isinf(number):
-        return "Infinity" if number > 0 else "-Infinity"
-    return number
-
-
-def decode_value(value: float | int | str) -> float:
-    """The inverse of :func:`encode_value`: a float, possibly NaN or infinite."""
-    if isinstance(value, str):
-        try:
-            return NON_FINITE[value]
-        except KeyError:
-            raise ValueError(f"not a metric value: {value!r}") from None
-    if not _is_real(value):
-        raise TypeError(f"not a metric value: {value!r}")
-    return float(value)
-
-
-def _check_name(field: str, value: object) -> str:
+def _check_name(spec: Field, value: object) -> str:
+    """A name field (``policy``, ``source``, ...): a non-empty string the contract takes."""
     if not isinstance(value, str) or not value:
-        raise TypeError(f"{field} must be a non-empty string, not {value!r}")
+        raise WireError(f"{spec.name} must be a non-empty string, not {value!r}")
+    problem = spec.text_problem(value)
+    if problem is not None:
+        raise WireError(f"{spec.name}: {problem}")
     return value
 
 
-def _check_count(field: str, value: Any) -> int:
-    if not _is_integral(value) or int(value) < 0:
-        raise TypeError(f"{field} must be an integer >= 0, not {value!r}")
+def _check_count(spec: Field, value: Any) -> int:
+    """An integer field (numpy integers too) within the contract's bounds."""
+    if not _is_integral(value) or not spec.minimum <= int(value) <= spec.maximum:
+        raise WireError(
+            f"{spec.name} must be an integer in [{spec.minimum}, {spec.maximum}], not {value!r}"
+        )
     return int(value)
 
 
-def _check_finite(field: str, value: Any) -> float:
+def _check_finite(spec: Field, value: Any) -> float:
     if not _is_real(value) or not math.isfinite(float(value)):
-        raise TypeError(f"{field} must be a finite number, not {value!r}")
+        raise WireError(f"{spec.name} must be a finite number, not {value!r}")
     return float(value)
 
 
@@ -159,34 +189,27 @@ def make_point(
 ) -> Point:
     """A validated metric point; non-finite values become strings.
 
-    ``wall_time`` (seconds since the epoch) defaults to now. Raises ``TypeError`` on a
-    field of the wrong type.
+    ``wall_time`` (seconds since the epoch) defaults to now. Raises
+    :class:`~trainer.wire.WireError` on a field the contract refuses.
     """
     return {
-        "policy": _check_name("policy", policy),
-        "key": _check_name("key", key),
-        "step": _check_count("step", step),
+        "policy": _check_name(_POLICY, policy),
+        "key": _check_name(_KEY, key),
+        "step": _check_count(_STEP, step),
         "value": encode_value(value),
-        "wall_time": _check_finite("wall_time", time.time() if wall_time is None else wall_time),
+        "wall_time": _check_finite(_WALL_TIME, time.time() if wall_time is None else wall_time),
     }
 
 
-def _shippable_text(text: str, max_length: int) -> tuple[str, bool]:
-    """``text`` as the web app accepts it: NULs and lone surrogates replaced, cut to
-    ``max_length`` characters; and whether it was cut."""
-    clean = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
-    return clean[:max_length], len(clean) > max_length
-
-
 def make_sample(text: str, tokens: list[str] | None = None, reward: float | None = None) -> Sample:
-    """What crossed with an event, cut to the web app's bounds (``truncated`` says so):
+    """What crossed with an event, cut to the contract's bounds (``truncated`` says so):
     the response ``text`` and, for THL paths, its ``tokens`` in the target's tokenizer."""
     if not isinstance(text, str):
-        raise TypeError(f"text must be a string, not {type(text).__name__}")
-    sample_text, truncated = _shippable_text(text, MAX_SAMPLE_TEXT)
+        raise WireError(f"text must be a string, not {type(text).__name__}")
+    sample_text, truncated = clip_text(text, MAX_SAMPLE_TEXT)
     sample: Sample = {"text": sample_text, "truncated": truncated}
     if tokens is not None:
-        kept = [_shippable_text(str(t), MAX_TOKEN_CHARS) for t in tokens[:MAX_SAMPLE_TOKENS]]
+        kept = [clip_text(str(t), MAX_TOKEN_CHARS) for t in tokens[:MAX_SAMPLE_TOKENS]]
         sample["tokens"] = [token for token, _ in kept]
         truncated = len(tokens) > MAX_SAMPLE_TOKENS or any(cut for _, cut in kept)
         sample["truncated"] = sample["truncated"] or truncated
@@ -199,11 +222,11 @@ def _check_samples(samples: Any) -> list[Sample]:
     """``samples`` re-cut by :func:`make_sample`, at most :data:`MAX_EVENT_SAMPLES` (the
     event's ``count`` still says how many crossed)."""
     if not isinstance(samples, list):
-        raise TypeError(f"samples must be a list, not {type(samples).__name__}")
+        raise WireError(f"samples must be a list, not {type(samples).__name__}")
     checked = []
     for sample in samples[:MAX_EVENT_SAMPLES]:
         if not isinstance(sample, Mapping) or "text" not in sample:
-            raise TypeError(f"a sample is a dict with a text, not {sample!r}")
+            raise WireError(f"a sample is a dict with a text, not {sample!r}")
         again = make_sample(sample["text"], sample.get("tokens"), sample.get("reward"))
         again["truncated"] = again["truncated"] or bool(sample.get("truncated"))
         checked.append(again)
@@ -214,52 +237,56 @@ def make_event(
     step: int,
     source: str,
     target: str,
-    kind: EventKind | str,
+    kind: str,
     prompt_id: str,
     count: int = 1,
     weight: float | None = None,
     samples: list[Sample] | None = None,
 ) -> Event:
-    """A validated peer-transfer event. ``kind`` is one of :data:`EVENT_KINDS`;
-    ``samples`` (from :func:`make_sample`; the first :data:`MAX_EVENT_SAMPLES` are kept)
-    is what crossed, left out of the record when None."""
-    if kind not in EVENT_KINDS:
-        raise ValueError(f"kind must be one of {list(EVENT_KINDS)}, not {kind!r}")
+    """A validated peer-transfer event. ``kind`` is an event kind of a registered regime
+    (:func:`trainer.wire.event_kind_names`); ``samples`` (from :func:`make_sample`; the
+    first :data:`MAX_EVENT_SAMPLES` are kept) is what crossed, left out of the record when
+    None."""
+    kinds = event_kind_names()
+    if kind not in kinds:
+        raise WireError(f"kind must be one of {list(kinds)}, not {kind!r}")
     event: Event = {
-        "step": _check_count("step", step),
-        "source": _check_name("source", source),
-        "target": _check_name("target", target),
+        "step": _check_count(_STEP, step),
+        "source": _check_name(_SOURCE, source),
+        "target": _check_name(_TARGET, target),
         "kind": kind,
-        "prompt_id": _check_name("prompt_id", prompt_id),
-        "count": _check_count("count", count),
-        "weight": None if weight is None else _check_finite("weight", weight),
+        "prompt_id": _check_name(_PROMPT_ID, prompt_id),
+        "count": _check_count(_COUNT, count),
+        "weight": None if weight is None else _check_finite(_WEIGHT, weight),
     }
     if samples is not None:
         event["samples"] = _check_samples(samples)
     return event
 
 
-def _check_fields(
-    record: Mapping[str, Any], expected: tuple[str, ...], what: str, optional: tuple[str, ...] = ()
-) -> None:
-    if not isinstance(record, Mapping) or not set(expected) <= set(record) <= {
-        *expected,
-        *optional,
-    }:
+def _check_fields(record: Mapping[str, Any], contract: Record, what: str) -> None:
+    """``record`` has every field the writer always writes, and maybe those it writes
+    when known; nothing else."""
+    if not isinstance(record, Mapping) or not set(contract.written) <= record.keys() <= (
+        contract.allowed
+    ):
         got = sorted(record) if isinstance(record, Mapping) else type(record).__name__
+        optional = contract.optional
         extra = f" (and optionally {list(optional)})" if optional else ""
-        raise ValueError(f"a {what} has exactly the fields {list(expected)}{extra}, got {got}")
+        raise WireError(
+            f"a {what} has exactly the fields {list(contract.written)}{extra}, got {got}"
+        )
 
 
 def normalize_point(record: Mapping[str, Any]) -> Point:
     """Validate a point given as a plain dict (exact fields, wall_time required)."""
-    _check_fields(record, POINT_FIELDS, "point")
+    _check_fields(record, POINT, "point")
     return make_point(**record)
 
 
 def normalize_event(record: Mapping[str, Any]) -> Event:
     """Validate an event given as a plain dict (exact fields, samples optional)."""
-    _check_fields(record, EVENT_FIELDS, "event", EVENT_OPTIONAL_FIELDS)
+    _check_fields(record, EVENT, "event")
     return make_event(**record)
 
 

@@ -63,9 +63,8 @@
     const box = el("div", { class: "transfer-detail-body", "data-testid": "transfer-detail" });
     const { event, samples } = detail;
     if (samples === null) {
-      box.append(el("p", { class: "empty" }, event.kind === "advantage_stats"
-        ? "Only reward statistics crossed (a group baseline), no text: nothing more to show."
-        : "No text recorded for this event (its trainer did not ship what crossed)."));
+      box.append(el("p", { class: "empty" }, detail.no_text
+        || "No text recorded for this event (its trainer did not ship what crossed)."));
       return box;
     }
     if (!samples.length) {

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+import typing
+from dataclasses import fields
 from typing import Any
 
 import pytest
 
-from trainer.config import ConfigError, GRPOConfig, PolicyConfig, RunConfig
+from trainer.config import (
+    MAX_MICRO_BATCH,
+    Bounds,
+    ConfigError,
+    GRPOConfig,
+    PolicyConfig,
+    RemixConfig,
+    RunConfig,
+    TaskConfig,
+    bound_problem,
+)
+from trainer.regimes.prp import PRPConfig
+from trainer.regimes.sgt import SGTConfig
 
 
 def _config(**overrides: Any) -> dict[str, Any]:
@@ -119,3 +135,172 @@ def test_malformed_json_is_a_config_error() -> None:
 
 def test_missing_pool_is_reported() -> None:
     assert _errors({}) == {"pool": "missing required field 'pool'"}
+
+
+# --- declared ranges (metadata "min" / "max" ...) -------------------------------------------
+def test_the_declared_ranges_give_fix_it_messages() -> None:
+    data = _config(steps=0, success_threshold=0.0, remix={"replay_fraction": 2.0})
+    data["pool"][0] |= {"group_size": 1, "temperature": 0.0, "micro_batch_size": 10**6}
+    data["sgt"] = {"lambda_sgt": -1.0}
+    data["grpo"] = {"clip_eps": 1.0}
+    assert _errors(data) == {
+        "steps": "steps must be >= 1; got 0",
+        "success_threshold": "success_threshold must be in (0, 1] (rewards are in [0, 1]); got 0.0",
+        "remix.replay_fraction": "replay_fraction (p) must be in [0, 1); got 2.0",
+        "pool[0].group_size": "G must be at least 2 for a group baseline; got 1",
+        "pool[0].temperature": "temperature must be > 0 (validation decodes greedily); got 0.0",
+        "pool[0].micro_batch_size": f"micro_batch_size must be in [1, {MAX_MICRO_BATCH}]; "
+        "got 1000000",
+        "sgt.lambda_sgt": "lambda_sgt must be >= 0; got -1.0",
+        "grpo.clip_eps": "clip_eps must be in (0, 1); got 1.0",
+    }
+
+
+def test_lambda_sgt_has_no_upper_bound() -> None:
+    config = RunConfig.from_dict(_config(regime="sgt", sgt={"lambda_sgt": 5.0}))
+    assert config.section("sgt") == SGTConfig(lambda_sgt=5.0)
+
+
+def test_bounds_read_and_say_the_metadata_vocabulary() -> None:
+    fraction = RemixConfig.__dataclass_fields__["replay_fraction"]
+    bounds = Bounds.of(fraction.metadata)
+    assert bounds == Bounds(min=0, max=1, max_open=True)
+    assert bounds.text() == "in [0, 1)"
+    assert [bounds.contains(v) for v in (0.0, 0.999, 1.0, -0.1, math.nan)] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+    assert Bounds(min=0, min_open=True).text() == "> 0"
+    assert Bounds(max=0.5).text() == "<= 0.5"
+    assert Bounds.of(GRPOConfig.__dataclass_fields__["loss_agg"].metadata) is None
+    assert (
+        bound_problem("k", {"min": 1, "why": "(a count)"}, 0) == "k must be >= 1 (a count); got 0"
+    )
+    assert bound_problem("k", {"min": 1}, 1) is None
+    assert bound_problem("k", {"min": 1}, "x") is None  # a type problem, not a range's
+
+
+def test_every_number_field_of_every_section_declares_a_range_or_none_on_purpose() -> None:
+    """Each number field's range lives on the field (one rule set for the trainer and the
+    form); these are the ones with none: any value of their type is fine."""
+    unbounded = []
+    for cls in (RunConfig, PolicyConfig, GRPOConfig, RemixConfig, PRPConfig, SGTConfig):
+        for spec in fields(cls):
+            hint = typing.get_type_hints(cls)[spec.name]
+            if hint in (int, float, int | None, float | None) and Bounds.of(spec.metadata) is None:
+                unbounded.append(f"{cls.__name__}.{spec.name}")
+    assert unbounded == []
+
+
+# --- a config built in Python is validated as one read from JSON ----------------------------
+def _pool(**second: Any) -> list[PolicyConfig]:
+    return [
+        PolicyConfig(name="llama", model="zoo:tiny-llama-char"),
+        PolicyConfig(**({"name": "qwen", "model": "zoo:tiny-qwen-bpe"} | second)),
+    ]
+
+
+def _built_errors(build: Any) -> dict[str, str]:
+    with pytest.raises(ConfigError) as caught:
+        build()
+    return caught.value.errors
+
+
+@pytest.mark.parametrize(
+    ("data", "build"),
+    [
+        (_config(steps=0), lambda: RunConfig(pool=_pool(), steps=0)),
+        (
+            {"pool": [{"name": "a", "model": "zoo:tiny-llama-char"}], "steps": 0},
+            lambda: RunConfig(pool=[PolicyConfig(name="a", model="zoo:tiny-llama-char")], steps=0),
+        ),
+        (
+            _config(pool=[{"name": "llama", "model": "m"}, {"name": "q", "model": "m", "lr": "x"}]),
+            lambda: RunConfig(
+                pool=[PolicyConfig(name="llama", model="m"), PolicyConfig("q", "m", lr="x")]  # type: ignore[arg-type]
+            ),
+        ),
+        (_config(seed="one", steps=True), lambda: RunConfig(pool=_pool(), seed="one", steps=True)),  # type: ignore[arg-type]
+        (
+            _config(grpo={"clip_eps": 1.5}, regime="sgt", sgt={"lambda_sgt": -1.0}),
+            lambda: RunConfig(
+                pool=_pool(),
+                grpo=GRPOConfig(clip_eps=1.5),
+                regime="sgt",
+                sections={"sgt": SGTConfig(lambda_sgt=-1)},
+            ),
+        ),
+        (
+            _config(remix={"replay_fraction": 2.0, "reflection_markers": []}, off_policy="remix"),
+            lambda: RunConfig(
+                pool=_pool(),
+                remix=RemixConfig(replay_fraction=2, reflection_markers=[]),
+                off_policy="remix",
+            ),
+        ),
+        (
+            _config(regime="gossip", task={"levels": [1, "two"]}),
+            lambda: RunConfig(pool=_pool(), regime="gossip", task=TaskConfig(levels=[1, "two"])),  # type: ignore[list-item]
+        ),
+        (
+            _config(task={"kind": "math_file"}),
+            lambda: RunConfig(pool=_pool(), task=TaskConfig(kind="math_file")),
+        ),
+        (
+            _config(prp={"k_peer": 0, "c_bar": float("inf")}),
+            lambda: RunConfig(pool=_pool(), sections={"prp": PRPConfig(k_peer=0, c_bar=math.inf)}),
+        ),
+    ],
+    ids=["steps", "one-policy", "lr-type", "types", "ranges", "remix", "regime", "task", "prp"],
+)
+def test_a_config_built_directly_fails_as_the_same_config_from_json(
+    data: dict[str, Any], build: Any
+) -> None:
+    from_json = _errors(data)
+    assert from_json
+    assert _built_errors(build) == from_json
+
+
+def test_the_pool_entries_are_checked_one_by_one_when_built_directly() -> None:
+    errors = _built_errors(lambda: RunConfig(pool=_pool(group_size=1, name="llama", lr=-1)))
+    assert errors == {
+        "pool[1].group_size": "G must be at least 2 for a group baseline; got 1",
+        "pool[1].lr": "lr must be > 0; got -1.0",
+        "pool[1].name": "duplicate policy name 'llama' (also pool[0]); give each policy its own "
+        "name",
+    }
+    pool = [{"name": "llama", "model": "m"}]
+    errors = _built_errors(lambda: RunConfig(pool=pool))  # type: ignore[arg-type]
+    assert errors == {"pool[0]": "must be a PolicyConfig, got a dict"}
+    assert _built_errors(lambda: RunConfig(pool=_pool(), grpo=[1, 2])) == {  # type: ignore[arg-type]
+        "grpo": "grpo must be a JSON object, got a list"
+    }
+    assert _errors(_config(grpo=[1, 2])) == {"grpo": "grpo must be a JSON object, got a list"}
+
+
+def test_a_valid_config_built_directly_equals_the_one_from_json() -> None:
+    built = RunConfig(pool=_pool(lr=2e-4), steps=7, sections={"sgt": SGTConfig(k_sgt=2)})
+    assert built == RunConfig.from_dict(
+        _config(steps=7, sgt={"k_sgt": 2})
+        | {
+            "pool": [
+                {"name": "llama", "model": "zoo:tiny-llama-char"},
+                {"name": "qwen", "model": "zoo:tiny-qwen-bpe", "lr": 2e-4},
+            ]
+        }
+    )
+    assert set(built.sections) >= {"prp", "xgrpo", "sgt"}  # the rest at their defaults
+
+
+def test_replace_and_validate_check_a_changed_config_again() -> None:
+    config = RunConfig.from_dict(_config())
+    assert dataclasses.replace(config, steps=3).steps == 3
+    with pytest.raises(ConfigError, match="steps must be >= 1"):
+        dataclasses.replace(config, steps=0)
+    config.grpo.mini_batches = 0  # a field changed in place is checked on request
+    with pytest.raises(ConfigError) as caught:
+        config.validate()
+    assert caught.value.errors == {"grpo.mini_batches": "mini_batches must be >= 1; got 0"}

@@ -85,6 +85,17 @@ def test_math_rows_take_ids_difficulty_and_default_ids(tmp_path: Path) -> None:
     ]
 
 
+def test_an_id_too_long_for_a_transfer_event_is_refused_when_the_file_loads(
+    tmp_path: Path,
+) -> None:
+    rows = [{"problem": "p0", "answer": "1", "id": "x" * 129}]
+    with pytest.raises(DataFileError, match=r"row 1, field 'id': the id has 129 characters"):
+        load_math_file(write_jsonl(tmp_path / "math.jsonl", rows))
+    long_stem = tmp_path / ("m" * 140 + ".jsonl")
+    (problem,) = load_math_file(write_jsonl(long_stem, [{"problem": "p", "answer": "1"}]))
+    assert len(problem.id) == 128 and problem.id.endswith("m-0")
+
+
 def test_math_solution_is_reduced_to_its_last_boxed_answer(tmp_path: Path) -> None:
     row = {"problem": "Halve 1.", "solution": "So $x=\\boxed{2}$... no: $\\boxed{\\frac{1}{2}}$."}
     (problem,) = load_math_file(write_jsonl(tmp_path / "math.jsonl", [row]))

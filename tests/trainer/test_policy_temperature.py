@@ -25,7 +25,7 @@ from trainer.batch import build_sequences
 from trainer.config import GRPOConfig, PolicyConfig, RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy, Rollouts
-from trainer.regimes.prp import PRP, ROLLOUTS_TOPIC
+from trainer.regimes.prp.regime import PRP, ROLLOUTS_TOPIC
 from trainer.remix.losses import RemixObjective
 from trainer.tasks import Problem, get_reward
 from trainer.thl import align_response_logprobs

@@ -14,7 +14,8 @@ from trainer import metrics as m
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import Policy
-from trainer.regimes.prp import PRP
+from trainer.regimes import prp
+from trainer.regimes.prp.regime import PRP
 from trainer.tasks import Problem
 from trainer.tasks.arithmetic import ArithmeticTask
 
@@ -63,13 +64,13 @@ def test_prp_logs_the_is_weight_mean_per_skill_of_the_prompt(complementary_zoo: 
     for skill, row in zip(skills, weights, strict=True):
         tokens.setdefault(skill, []).extend(row)
     assert len(tokens) > 1, tokens  # the peer answered prompts of several skills
-    prefix = m.PRP_IS_WEIGHT_MEAN + "/"
+    prefix = prp.IS_WEIGHT_MEAN + "/"
     logged = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
     assert set(logged) == set(tokens)
     for skill, values in tokens.items():
         assert logged[skill] == pytest.approx(sum(values) / len(values), abs=1e-12), skill
     weighted = sum(logged[s] * len(tokens[s]) for s in tokens) / sum(map(len, tokens.values()))
-    assert weighted == pytest.approx(metrics[m.PRP_IS_WEIGHT_MEAN], abs=1e-12)
+    assert weighted == pytest.approx(metrics[prp.IS_WEIGHT_MEAN], abs=1e-12)
     for skill in logged:
         info = m.describe(f"{prefix}{skill}")
         assert (info.label, info.group) == (f"PRP importance weight (mean) · {skill}", m.SHARING)
@@ -80,5 +81,5 @@ def test_prp_logs_no_per_skill_weight_when_the_prompts_share_one_skill(
 ) -> None:
     problems = ArithmeticTask(seed=0, levels=(3,), val_size=2).validation()
     metrics, _skills, weights = _prp_step(complementary_zoo, problems)
-    assert weights and m.PRP_IS_WEIGHT_MEAN in metrics
-    assert not any(k.startswith(m.PRP_IS_WEIGHT_MEAN + "/") for k in metrics)
+    assert weights and prp.IS_WEIGHT_MEAN in metrics
+    assert not any(k.startswith(prp.IS_WEIGHT_MEAN + "/") for k in metrics)

@@ -18,7 +18,7 @@ from tests.trainer.zoo_policy import zoo_policy
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy
-from trainer.regimes.prp import PRP
+from trainer.regimes.prp.regime import PRP
 from trainer.tasks import Problem
 
 POOL = {"llama": "tiny-llama-char", "qwen": "tiny-qwen-bpe"}

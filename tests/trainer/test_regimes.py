@@ -12,14 +12,18 @@ import torch
 
 from tests.trainer.tokenizer_kinds import zoo
 from trainer import metrics as m
-from trainer.config import REGIMES as CONFIG_REGIMES
 from trainer.config import PolicyConfig, RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy, Rollouts
-from trainer.regimes import REGIMES
-from trainer.regimes.prp import truncated_is_weights
-from trainer.regimes.sgt import SGT, SUCCESSES_TOPIC, Success, rescue_set, shortest_successes
-from trainer.regimes.xgrpo import REWARDS_TOPIC, XGRPO, perturbed_advantages, pooled_advantages
+from trainer.regimes import BUILT_IN, regimes, sgt, xgrpo
+from trainer.regimes.prp.regime import truncated_is_weights
+from trainer.regimes.sgt.regime import SGT, SUCCESSES_TOPIC, Success, rescue_set, shortest_successes
+from trainer.regimes.xgrpo.regime import (
+    REWARDS_TOPIC,
+    XGRPO,
+    perturbed_advantages,
+    pooled_advantages,
+)
 from trainer.rollout import RolloutBatch
 from trainer.tasks import Problem, get_reward
 
@@ -46,8 +50,11 @@ def _config(regime: str, **sections: dict[str, object]) -> RunConfig:
     return RunConfig.from_dict({"pool": pool, "regime": regime, **sections})
 
 
-def test_every_config_regime_is_registered() -> None:
-    assert sorted(REGIMES.names()) == sorted(CONFIG_REGIMES)
+def test_every_regime_declaration_names_its_implementation() -> None:
+    assert [spec.name for spec in regimes()] == ["standalone", "prp", "xgrpo", "sgt"]
+    assert regimes() == list(BUILT_IN)
+    for spec in regimes():
+        assert spec.load().name == spec.name
 
 
 # --- XGRPO ------------------------------------------------------------------------------
@@ -89,7 +96,7 @@ def test_xgrpo_learns_from_peer_rewards_and_logs_one_event_per_peer_and_prompt()
         ("b", "p0", 2), ("b", "p1", 2), ("c", "p0", 2), ("c", "p1", 2),
     ]  # fmt: skip
     assert {e["kind"] for e in result.events} == {"advantage_stats"}
-    assert result.metrics[m.XGRPO_BASELINE_SHIFT] == pytest.approx((0.0 + 1 / 6) / 2)
+    assert result.metrics[xgrpo.BASELINE_SHIFT] == pytest.approx((0.0 + 1 / 6) / 2)
 
 
 def test_xgrpo_ablation_shares_nothing_and_perturbs_the_own_baseline() -> None:
@@ -170,13 +177,15 @@ def test_sgt_logs_a_success_event_per_source_and_prompt_and_its_rates() -> None:
         {"text": "\\boxed{0}", "tokens": tokens, "truncated": False}
     ]
     assert result.metrics == {
-        m.SGT_RESCUE_SET_SIZE: 1.0,
-        m.SGT_RESCUE_RATE: 0.5,
+        sgt.RESCUE_SET_SIZE: 1.0,
+        sgt.RESCUE_RATE: 0.5,
         m.THL_UNK_FRAC: 0.0,
         m.THL_TEXT_MISMATCH_FRAC: 0.0,
     }
-    assert result.batch.aux_response_ids == [zoo("char").convert_tokens_to_ids(tokens)]
-    assert result.batch.aux_coef == 0.1
+    (term,) = result.batch.aux_terms  # the NLL on the rescued success, weight lambda_sgt
+    assert (term.loss, term.coef, term.metric) == ("nll", 0.1, sgt.NLL)
+    assert term.prompt_ids == [rollouts.batch.prompt_ids[0]]
+    assert term.response_ids == [zoo("char").convert_tokens_to_ids(tokens)]
 
 
 # --- PRP --------------------------------------------------------------------------------
@@ -220,7 +229,7 @@ def test_sgt_with_an_empty_rescue_set_equals_grpo_to_the_last_bit(zoo_dir: Path)
     sgt_step = SGT(_config("sgt"), "a").learn(sgt_policy, rollouts, peers, step=1)
     sgt_policy.train_step(sgt_step.batch)
 
-    assert sgt_step.events == [] and sgt_step.batch.aux_response_ids == []
+    assert sgt_step.events == [] and sgt_step.batch.aux_terms == []
     for (name, a), (_, b) in zip(
         grpo_policy.model.state_dict().items(), sgt_policy.model.state_dict().items(), strict=True
     ):

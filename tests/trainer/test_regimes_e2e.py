@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainer import metrics as m
+from trainer.regimes import prp, sgt, xgrpo
 from trainer.spool import read_events, read_points
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,9 +20,9 @@ POLICIES = ("llama-char", "qwen-bpe", "gpt2-unigram")
 # Metrics each regime must log for every policy at every step, and its event kind.
 EXPECTED = {
     "standalone": (set(), None),
-    "prp": ({m.PRP_PEER_SAMPLES, m.PRP_IS_WEIGHT_MEAN, m.THL_MASS_ERROR}, "rollout"),
-    "xgrpo": ({m.XGRPO_BASELINE_SHIFT, m.XGRPO_POOLED_STD}, "advantage_stats"),
-    "sgt": ({m.SGT_RESCUE_SET_SIZE, m.SGT_RESCUE_RATE}, "success"),
+    "prp": ({prp.PEER_SAMPLES, prp.IS_WEIGHT_MEAN, m.THL_MASS_ERROR}, "rollout"),
+    "xgrpo": ({xgrpo.BASELINE_SHIFT, xgrpo.POOLED_STD}, "advantage_stats"),
+    "sgt": ({sgt.RESCUE_SET_SIZE, sgt.RESCUE_RATE}, "success"),
 }
 
 
@@ -50,7 +51,7 @@ def test_a_three_tokenizer_pool_runs_the_regime(regime: str, zoo_dir: Path, tmp_
     assert result.returncode == 0, result.stderr[-3000:]
 
     points = {(p["policy"], p["key"], p["step"]) for p in read_points(run_dir)}
-    uncatalogued = {key for _policy, key, _step in points} - set(m.BY_KEY)
+    uncatalogued = {key for _policy, key, _step in points} - set(m.catalogue().by_key)
     assert not uncatalogued, f"logged keys missing from trainer.metrics.CATALOGUE: {uncatalogued}"
     events = list(read_events(run_dir))
     keys, kind = EXPECTED[regime]

@@ -4,6 +4,7 @@ real tiny policy under every sharing regime."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 from pathlib import Path
@@ -14,23 +15,30 @@ import torch
 from torch import Tensor
 
 from trainer import metrics as m
-from trainer.config import REFLECTION_MARKERS, REGIMES, ConfigError, PolicyConfig, RunConfig
-from trainer.core import clipped_surrogate, kl_k3, policy_loss
+from trainer.config import REFLECTION_MARKERS, ConfigError, PolicyConfig, RunConfig
+from trainer.core import (
+    OBJECTIVES,
+    ObjectiveInputs,
+    ObjectiveSettings,
+    clipped_surrogate,
+    grpo_loss,
+    kl_convex,
+    kl_k3,
+    mix_policy_surrogate,
+    remix_loss,
+    vtrace_truncation,
+)
 from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy
-from trainer.regimes import make_regime
+from trainer.regimes import make_regime, regime_names
 from trainer.remix import (
     Consumption,
     ReplayBuffer,
     ReplaySample,
     has_reflection,
-    kl_convex,
     kl_lambda,
-    mix_policy_surrogate,
     reincarnates_after,
-    remix_policy_loss,
     self_reflection_rate,
-    vtrace_truncation,
 )
 from trainer.remix.reuse import ReMix, with_replay
 from trainer.tasks import Problem, get_reward
@@ -58,10 +66,10 @@ def test_on_fresh_samples_the_surrogate_is_plain_ppo_to_the_last_bit(
 ) -> None:
     b = _random_batch()
     weights = b["weights"] if with_weights else None
-    ppo_loss, ppo_clip = clipped_surrogate(
+    ppo = clipped_surrogate(
         b["logp"], b["old_logp"], b["advantages"], b["mask"], 0.2, agg, token_weights=weights
     )
-    (ppo_grad,) = torch.autograd.grad(ppo_loss, b["logp"])
+    (ppo_grad,) = torch.autograd.grad(ppo.loss, b["logp"])
     # Fresh: behaviour = pi_k = old, so q_t = 1 (even with a c_bar below 1).
     mix = mix_policy_surrogate(
         b["logp"], b["old_logp"], b["old_logp"], b["advantages"], b["mask"],
@@ -69,27 +77,81 @@ def test_on_fresh_samples_the_surrogate_is_plain_ppo_to_the_last_bit(
         token_weights=weights,
     )  # fmt: skip
     (mix_grad,) = torch.autograd.grad(mix.loss, b["logp"])
-    assert torch.equal(mix.loss, ppo_loss)
-    assert torch.equal(mix.clip_frac, ppo_clip)
+    assert torch.equal(mix.loss, ppo.loss)
+    assert torch.equal(mix.clip_frac, ppo.clip_frac)
+    assert torch.equal(mix.ratio, ppo.ratio)
     assert torch.equal(mix_grad, ppo_grad)
 
 
-def test_with_lambda_one_on_fresh_samples_the_remix_loss_is_the_grpo_loss() -> None:
+def _objective_inputs(b: dict[str, Tensor], ref: Tensor, **extra: Tensor) -> ObjectiveInputs:
+    return ObjectiveInputs(
+        mask=b["mask"], advantages=b["advantages"], old_logp=b["old_logp"], ref_logp=ref,
+        **extra,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("replayed", [None, torch.zeros(5, dtype=torch.bool)])
+def test_with_lambda_one_on_fresh_samples_the_remix_loss_is_the_grpo_loss(
+    replayed: Tensor | None,
+) -> None:
     b = _random_batch(1)
     ref = b["old_logp"] - 0.3
     entropy = torch.rand(5, 7)
-    common = dict(
-        logp=b["logp"], advantages=b["advantages"], mask=b["mask"], entropy=entropy,
-        clip_eps=0.2, kl_coef=0.05, kl_clamp=10.0, entropy_coef=0.01, agg="token-mean",
-    )  # fmt: skip
-    grpo = policy_loss(old_logp=b["old_logp"], ref_logp=ref, **common)  # type: ignore[arg-type]
-    remix = remix_policy_loss(
-        behaviour_logp=b["old_logp"], current_logp=b["old_logp"], base_logp=ref,
-        replayed=None, c_bar=1.0, kl_lambda=1.0, **common,  # type: ignore[arg-type]
-    )  # fmt: skip
+    settings = ObjectiveSettings(
+        clip_eps=0.2, kl_coef=0.05, kl_clamp=10.0, entropy_coef=0.01, c_bar=0.5, kl_lambda=1.0
+    )
+    grpo = grpo_loss(
+        logp=b["logp"], entropy=entropy, inputs=_objective_inputs(b, ref), settings=settings
+    )
+    inputs = _objective_inputs(b, ref, behaviour_logp=b["old_logp"], replayed=replayed)  # type: ignore[arg-type]
+    remix = OBJECTIVES.get("remix")(
+        logp=b["logp"], entropy=entropy, inputs=inputs, settings=settings
+    )
+    assert remix_loss is OBJECTIVES.get("remix")
     assert torch.equal(remix.loss, grpo.loss)
-    assert torch.equal(remix.kl_loss, grpo.kl_loss)
-    assert torch.equal(remix.kl_base, grpo.kl_loss)
+    for key, value in grpo.metrics.items():
+        assert torch.equal(remix.metrics[key], value), key
+    assert torch.equal(remix.metrics[m.REMIX_KL_BASE], grpo.metrics[m.KL_LOSS])
+    (ratio,) = remix.token_stats
+    assert (ratio.mean_key, ratio.max_key) == (m.REMIX_IS_RATIO_MEAN, m.REMIX_IS_RATIO_MAX)
+    assert ratio.values.shape == (int(b["mask"].sum()),)
+
+
+def test_the_remix_objective_by_hand() -> None:
+    # One replayed sample of two tokens (the example of the next test), A = 1:
+    #   token 0: q = 1.5, r = 1.8, -min(1.8, 1.7) = -1.7 (clipped)
+    #   token 1: q = 0.5, r = 0.2, A_t = 0.5, -0.1 (unclipped)
+    #   pg_loss = (-1.7 - 0.1) / 2 = -0.9, clip_frac 0.5
+    # KL, d = ref - logp: to the base (ref = logp + ln 2 on both tokens): k3 = 2 - ln 2 - 1
+    # = 0.3068528194; to pi_k (d = ln q - ln r = ln(1.5/1.8), ln(0.5/0.2)):
+    #   k3 = 0.8333333333 - ln(0.8333333333) - 1 = 0.0156548901
+    #        2.5 - ln 2.5 - 1 = 0.5837092681
+    #   kl_prev = 0.2996820791; lambda 0.7: convex = 0.7 * 0.3068528194 + 0.3 * 0.2996820791
+    #   = 0.3047015973; loss = -0.9 + 0.1 * 0.3047015973 = -0.8695298403 (no entropy)
+    behaviour = torch.tensor([[math.log(0.2), math.log(0.4)]], dtype=torch.float64)
+    current = behaviour + torch.tensor([[math.log(1.5), math.log(0.5)]], dtype=torch.float64)
+    logp = behaviour + torch.tensor([[math.log(1.8), math.log(0.2)]], dtype=torch.float64)
+    inputs = ObjectiveInputs(
+        mask=torch.ones(1, 2), advantages=torch.tensor([1.0], dtype=torch.float64),
+        old_logp=current, ref_logp=logp + math.log(2), behaviour_logp=behaviour,
+        replayed=torch.tensor([True]),
+    )  # fmt: skip
+    settings = ObjectiveSettings(kl_coef=0.1, c_bar=1.0, kl_lambda=0.7)
+    out = remix_loss(logp=logp, entropy=None, inputs=inputs, settings=settings)
+    assert out.loss.item() == pytest.approx(-0.8695298403)
+    values = {key: value.item() for key, value in out.metrics.items()}
+    assert values == pytest.approx(
+        {
+            m.PG_LOSS: -0.9, m.KL_LOSS: 0.3047015973, m.ENTROPY: 0.0, m.CLIP_FRAC: 0.5,
+            m.REMIX_KL_BASE: 0.3068528194, m.REMIX_KL_PREV: 0.2996820791,
+        }
+    )  # fmt: skip
+    assert out.token_stats[0].values.tolist() == pytest.approx([1.8, 0.2])
+    with pytest.raises(ValueError, match="needs old_logp"):
+        remix_loss(
+            logp=logp, entropy=None, inputs=dataclasses.replace(inputs, ref_logp=None),
+            settings=settings,
+        )  # fmt: skip
 
 
 def test_a_replayed_sample_clips_around_the_current_to_behaviour_ratio() -> None:
@@ -156,6 +218,36 @@ def test_masked_junk_in_the_behaviour_log_probs_changes_nothing() -> None:
         b["logp"], dirty, dirty, b["advantages"], mask, replayed=torch.ones(5, dtype=torch.bool)
     )
     assert torch.equal(clean.loss, junk.loss)
+
+
+@pytest.mark.parametrize("junk", [math.nan, math.inf, -1e4])
+def test_masked_junk_changes_neither_the_remix_objective_nor_its_gradient(junk: float) -> None:
+    b = _random_batch(3)
+    mask = b["mask"].bool()
+    replayed = torch.tensor([True, False, True, True, False])
+
+    def run(fill: float | None) -> tuple[list[float], Tensor]:
+        def dirty(x: Tensor) -> Tensor:
+            x = x.detach().clone()
+            return x if fill is None else torch.where(mask, x, torch.tensor(fill))
+
+        logp = dirty(b["logp"]).requires_grad_()
+        inputs = ObjectiveInputs(
+            mask=b["mask"], advantages=dirty(b["advantages"].unsqueeze(-1).expand(5, 7)),
+            old_logp=dirty(b["old_logp"] + 0.1), ref_logp=dirty(b["old_logp"] - 0.2),
+            token_weights=dirty(b["weights"]), behaviour_logp=dirty(b["old_logp"]),
+            replayed=replayed,
+        )  # fmt: skip
+        settings = ObjectiveSettings(kl_coef=0.1, entropy_coef=0.01, kl_lambda=0.6, c_bar=1.0)
+        out = remix_loss(logp=logp, entropy=dirty(b["weights"]), inputs=inputs, settings=settings)
+        (grad,) = torch.autograd.grad(out.loss, logp)
+        values = [out.loss.item(), *(v.item() for v in out.metrics.values())]
+        return values + out.token_stats[0].values.tolist(), grad
+
+    clean_values, clean_grad = run(None)
+    values, grad = run(junk)
+    assert values == clean_values
+    assert torch.equal(grad, clean_grad)
 
 
 # --- the KL-convex constraint and lambda(t) ---------------------------------------------
@@ -324,7 +416,7 @@ def test_remix_defaults_are_the_spec_defaults() -> None:
     assert remix.reflection_markers == list(REFLECTION_MARKERS)
 
 
-@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("regime", regime_names())
 def test_remix_combines_with_every_regime(regime: str) -> None:
     assert RunConfig.from_dict(_config_dict(regime=regime)).off_policy == "remix"
 
@@ -405,7 +497,7 @@ def _problems(step: int, n: int) -> list[Problem]:
     ]
 
 
-@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("regime", regime_names())
 def test_remix_trains_on_every_regimes_batch_and_reincarnates(regime: str, zoo_dir: Path) -> None:
     torch.manual_seed(0)
     config = _run_config(regime)

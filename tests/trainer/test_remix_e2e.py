@@ -55,7 +55,7 @@ def test_remix_logs_its_diagnostics_and_resumes_exactly(zoo_dir: Path, tmp_path:
     assert result.returncode == 0, result.stderr[-3000:]
 
     series = _series(straight)
-    uncatalogued = {key for _policy, key, _step in series} - set(m.BY_KEY)
+    uncatalogued = {key for _policy, key, _step in series} - set(m.catalogue().by_key)
     assert not uncatalogued, f"logged keys missing from trainer.metrics.CATALOGUE: {uncatalogued}"
     for policy in POLICIES:
         for step in range(1, STEPS + 1):

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from trainer.policy import Rollouts
-from trainer.regimes.sgt import rescue_set, shortest_successes
+from trainer.regimes.sgt.regime import rescue_set, shortest_successes
 from trainer.rollout import RolloutBatch
 from trainer.tasks import Problem
 
@@ -23,7 +23,7 @@ TEXTS = [f"\\boxed{{{n:02d}}}" for n in range(40, 10, -1)]  # 30 successes, all 
 CHOOSE = """
 import json, torch
 from trainer.policy import Rollouts
-from trainer.regimes.sgt import shortest_successes
+from trainer.regimes.sgt.regime import shortest_successes
 from trainer.rollout import RolloutBatch
 from trainer.tasks import Problem
 texts = json.loads({texts!r})

@@ -17,7 +17,7 @@ from tests.trainer.zoo_policy import pool_member_policy
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy
-from trainer.regimes.sgt import SGT
+from trainer.regimes.sgt.regime import SGT
 from trainer.tasks.arithmetic import ArithmeticTask
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples/complementary.json"
@@ -47,12 +47,13 @@ def test_an_sgt_update_raises_the_rescued_answers_log_probability(
     record = StepRecord(PEER, 1, ids, topics=sgt.publish(peer, peer_rollouts, step=1))
     step = sgt.learn(learner, own_rollouts, [record], step=1)
     batch = step.batch
-    assert batch.aux_response_ids, "the peer solved none of the prompts"
+    assert batch.aux_terms, "the peer solved none of the prompts"
     assert torch.count_nonzero(batch.advantages) == 0  # all failed: zero advantage
     rescued = [e["prompt_id"] for e in step.events]
     assert [e["source"] for e in step.events] == [PEER] * len(rescued)
 
-    prompts, answers = batch.aux_prompt_ids, batch.aux_response_ids
+    (rescued_nll,) = batch.aux_terms
+    prompts, answers = rescued_nll.prompt_ids, rescued_nll.response_ids
     before = _answer_logp(learner, prompts, answers)
     learner.train_step(batch)
     twin.train_step(

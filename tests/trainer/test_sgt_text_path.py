@@ -12,7 +12,8 @@ from trainer import metrics as m
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import Policy, Rollouts
-from trainer.regimes.sgt import SGT
+from trainer.regimes import sgt
+from trainer.regimes.sgt.regime import SGT
 from trainer.rollout import RolloutBatch
 from trainer.tasks import Problem
 
@@ -55,7 +56,7 @@ def test_rescued_texts_keep_literal_specials_and_end_with_eos_only_if_finished(
 
     tokenizer = learner.tokenizer
     eos = tokenizer.eos_token_id
-    finished_ids, cut_ids = result.batch.aux_response_ids
+    finished_ids, cut_ids = result.batch.aux_terms[0].response_ids
     assert finished_ids.count(eos) == 1 and finished_ids[-1] == eos  # only the real end
     assert tokenizer.decode(finished_ids[:-1]) == FINISHED
     assert eos not in cut_ids  # cut off before finishing: nothing says it should stop
@@ -64,7 +65,7 @@ def test_rescued_texts_keep_literal_specials_and_end_with_eos_only_if_finished(
     assert by_prompt["p0"][0]["text"] == FINISHED
     assert by_prompt["p0"][0]["tokens"] == tokenizer.convert_ids_to_tokens(finished_ids)
     assert by_prompt["p1"][0]["tokens"] == tokenizer.convert_ids_to_tokens(cut_ids)
-    assert result.metrics[m.SGT_RESCUE_SET_SIZE] == 2.0
+    assert result.metrics[sgt.RESCUE_SET_SIZE] == 2.0
     assert result.metrics[m.THL_UNK_FRAC] == 0.0 == result.metrics[m.THL_TEXT_MISMATCH_FRAC]
 
 

@@ -14,7 +14,7 @@ from trainer import metrics as m
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import Rollouts
-from trainer.regimes.prp import PRP, ROLLOUTS_TOPIC, PublishedRollout
+from trainer.regimes.prp.regime import PRP, ROLLOUTS_TOPIC, PublishedRollout
 from trainer.rollout import RolloutBatch
 from trainer.tasks import Problem
 from trainer.thl import align_response_logprobs, retokenize
@@ -114,6 +114,6 @@ def test_the_run_page_shows_them_with_the_other_thl_metrics() -> None:
     for key in (m.THL_UNK_FRAC, m.THL_TEXT_MISMATCH_FRAC):
         info = m.describe(key)
         assert info.label != key and info.label.startswith("THL") and info.group == m.SHARING
-    sharing = [info.key for info in m.CATALOGUE if info.group == m.SHARING]
+    sharing = [info.key for info in m.catalogue().entries if info.group == m.SHARING]
     thl = sharing[sharing.index(m.THL_RESIDUAL_SPAN_FRAC) :]
     assert {m.THL_UNK_FRAC, m.THL_TEXT_MISMATCH_FRAC} <= set(thl)

@@ -13,7 +13,7 @@ from tests.trainer.zoo_policy import zoo_policy
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import Policy
-from trainer.regimes.prp import PRP
+from trainer.regimes.prp.regime import PRP
 from trainer.spool import (
     MAX_SAMPLE_TEXT,
     MAX_SAMPLE_TOKENS,

@@ -26,7 +26,8 @@ from django.urls import reverse
 from tests.webapp.test_forms import query, sgt_data
 from trainer.config import RunConfig
 from webapp.experiments import services
-from webapp.experiments.forms import MAX_MICRO_BATCH, ExperimentComposer
+from webapp.experiments.compose import ExperimentComposer
+from webapp.experiments.forms import MAX_MICRO_BATCH
 from webapp.experiments.models import Experiment, Lab, ModelEntry, SavedComparison, Sweep
 
 pytestmark = pytest.mark.django_db
@@ -451,7 +452,11 @@ def _errors(composer: ExperimentComposer, where: str) -> str:
         ({"name": SCRIPT}, "name", "is not a valid name"),
         ({"name": "$(rm -rf ~)"}, "name", "is not a valid name"),
         ({"regime": "'; DROP TABLE x; --"}, "regime", "Select a valid choice"),
-        ({"prp": {"k_peer": 0}}, "form", "PRP · Peer rollouts (k): k_peer must be >= 1"),
+        (
+            {"prp": {"k_peer": 0}},
+            "form",
+            "Peer Rollout Pooling · Peer rollouts (k): k_peer must be >= 1; got 0",
+        ),
         ({"grpo": [1, 2]}, "form", "grpo must be a JSON object"),
     ],
 )

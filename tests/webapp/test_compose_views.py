@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from tests.webapp.test_forms import browser_data, query, sgt_data
 from webapp.experiments import services
-from webapp.experiments.forms import ExperimentComposer
+from webapp.experiments.compose import ExperimentComposer
 from webapp.experiments.models import Experiment, Lab
 
 pytestmark = pytest.mark.django_db
@@ -131,6 +131,11 @@ def test_save_creates_the_experiment_with_csrf_enforced(lab: Lab, alice: User) -
     assert experiment.seeds == [0, 1, 2]
     assert experiment.resources["backend"] == "local"
     assert experiment.resources["placement"]["device"] == "cpu"
+    # The plan is stored with the scheduler's sbatch arguments; the experiment page shows them.
+    sbatch = experiment.resources["placement"]["slurm"]["sbatch_args"]
+    assert sbatch[:2] == ["--nodes=1", "--ntasks=3"]
+    page = client.get(experiment.get_absolute_url()).content.decode()
+    assert f'<code data-testid="plan-slurm">{" ".join(sbatch)}</code>' in page
     assert {tag.name for tag in experiment.tags.all()} == {"sgt", "pilot"}
 
 
@@ -148,7 +153,7 @@ def test_an_invalid_save_shows_messages_next_to_fields_and_saves_nothing(
     lab: Lab, alice: User
 ) -> None:
     data = sgt_data(ExperimentComposer(lab=lab))
-    data.update(action="save", **{"pool-1-group_size": "1", "sgt-lambda_sgt": "3"})
+    data.update(action="save", **{"pool-1-group_size": "1", "sgt-k_sgt": "x"})
 
     response = logged_in(alice).post(reverse("experiments:experiment_create"), data)
 
@@ -156,11 +161,13 @@ def test_an_invalid_save_shows_messages_next_to_fields_and_saves_nothing(
     assert Experiment.objects.count() == 0
     html = response.content.decode()
     assert 'data-testid="error-summary"' in html
-    assert re.search(r'data-testid="error-sgt-lambda_sgt">lambda out of range', html)
-    # Field errors come first; config checks (G >= 2) follow once the fields are clean.
-    data["sgt-lambda_sgt"] = "0.5"
+    assert re.search(r'data-testid="error-sgt-k_sgt">Enter a whole number', html)
+    # Field errors come first; config checks (G >= 2, every range) follow once the fields
+    # are clean, each next to its field.
+    data.update({"sgt-k_sgt": "2", "sgt-lambda_sgt": "-1"})
     html = logged_in(alice).post(reverse("experiments:experiment_create"), data).content.decode()
     assert re.search(r'data-testid="error-pool-1-group_size">G must be at least 2', html)
+    assert re.search(r'data-testid="error-sgt-lambda_sgt">lambda_sgt must be &gt;= 0; got', html)
 
 
 # --- edit ------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from django.urls import reverse
 from tests.webapp.test_forms import browser_data, query, sgt_data
 from trainer.mwra import PolicyDemand, plan_placement
 from webapp.experiments import services
+from webapp.experiments.compose import ExperimentComposer
 from webapp.experiments.configform import path_title, readable_doc, readable_message
-from webapp.experiments.forms import ExperimentComposer
 from webapp.experiments.models import Experiment, Lab
 from webapp.experiments.plan_display import DASH, plan_table, resource_facts
 from webapp.experiments.sweep_forms import SweepForm
@@ -148,7 +148,10 @@ def test_a_bad_submit_names_each_field_as_the_page_does_and_links_to_it(
     data.update({"action": "save", "sgt-k_sgt": "x", "resources-time_limit": "soon"})
     page = client.post(url, data).content.decode()
     links = summary_links(page)
-    assert links[0] == ("#id_sgt-k_sgt", "SGT · Peer successes (k): Enter a whole number.")
+    assert links[0] == (
+        "#id_sgt-k_sgt",
+        "Success-Gated Transfer · Peer successes (k): Enter a whole number.",
+    )
     assert links[1][0] == "#id_resources-time_limit"
     assert links[1][1].startswith("Resources · Time limit: 'soon' is not a time limit")
     for href, _ in links:  # each link's target is on the page

@@ -7,11 +7,12 @@ would submit (every field's rendered value), a test changes a few fields, and th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,17 @@ from django.contrib.auth.models import User
 from django.http import QueryDict
 from django.test import override_settings
 
+from scheduler.jobs import sbatch_args
 from trainer.config import PolicyConfig, RunConfig
+from trainer.regimes import RegimeSpec, registered
+from trainer.regimes import section_names as regime_section_names
 from webapp.experiments import services
+from webapp.experiments.compose import ExperimentComposer
 from webapp.experiments.configform import section_names
-from webapp.experiments.forms import ExperimentComposer, ResourcesForm, parse_seeds, parse_tags
+from webapp.experiments.filters import experiment_filter_form
+from webapp.experiments.forms import ResourcesForm, parse_seeds, parse_tags
 from webapp.experiments.models import Lab, ModelEntry
+from webapp.experiments.sweep_forms import SweepForm
 
 pytestmark = pytest.mark.django_db
 
@@ -131,12 +138,13 @@ def section_form(composer: ExperimentComposer, name: str) -> Any:
 # --- the generic sections --------------------------------------------------------------------
 def test_every_config_section_and_field_is_on_the_page(lab: Lab) -> None:
     composer = ExperimentComposer(lab=lab)
-    hints = {f.name for f in fields(RunConfig)}
+    hints = {f.name for f in fields(RunConfig)} | set(regime_section_names())
     assert {section.name for section in composer.sections} == set(section_names())
     assert {"grpo", "task", "prp", "xgrpo", "sgt"} <= set(section_names()) <= hints
     sgt = section_form(composer, "sgt")
     assert sgt["lambda_sgt"].initial == 0.1
-    assert sgt.fields["lambda_sgt"].help_text == "Weight of the auxiliary NLL"
+    assert sgt.fields["lambda_sgt"].help_text == "Weight of the auxiliary NLL (>= 0)"
+    assert sgt.fields["lambda_sgt"].label == "NLL weight (lambda)"  # its metadata["label"]
     assert section_form(composer, "grpo").fields["loss_agg"].choices == [
         ("token-mean", "token-mean"),
         ("seq-mean-token-mean", "seq-mean-token-mean"),
@@ -155,6 +163,69 @@ def test_only_the_chosen_regimes_section_is_relevant(lab: Lab) -> None:
     assert relevance["grpo"] and relevance["task"]
     if "remix" in relevance:
         assert not relevance["remix"]
+
+
+@dataclass
+class EchoConfig:
+    """Echo sharing: peers repeat each other."""
+
+    loudness: float = dataclasses.field(
+        default=0.5,
+        metadata={"help": "How loud", "label": "Echo loudness", "min": 0, "max": 2},
+    )
+    echoes: int = dataclasses.field(default=1, metadata={"help": "Echoes per prompt", "min": 1})
+
+    def problems(self, run: RunConfig) -> dict[str, str]:
+        return {}
+
+
+ECHO = RegimeSpec(
+    name="echo",
+    label="Echo Chamber",
+    summary="Peers repeat each other.",
+    implementation="tests.webapp.test_forms:NoSuchRegime",  # never loaded by the forms
+    order=20,
+    colour="#777777",
+    config=EchoConfig,
+)
+
+
+def test_a_regime_registered_at_run_time_is_on_every_form_with_its_settings(lab: Lab) -> None:
+    with registered(ECHO):
+        composer = ExperimentComposer(lab=lab)
+        assert ("echo", "Echo Chamber") in composer.form.fields["regime"].choices
+        echo = next(section for section in composer.sections if section.name == "echo")
+        assert (echo.title, echo.description, echo.switch) == (
+            "Echo Chamber",
+            "Echo sharing: peers repeat each other.",
+            "regime",
+        )
+        loudness = echo.form.fields["loudness"]
+        assert (loudness.label, loudness.help_text) == ("Echo loudness", "How loud")
+        assert (loudness.widget.attrs["min"], loudness.widget.attrs["max"]) == (0, 2)
+
+        data = sgt_data(composer)
+        data.update({"regime": "echo", "echo-loudness": "3", "echo-echoes": "2"})
+        loud, valid = compose(lab, data)
+        assert not valid
+        assert section_form(loud, "echo").errors["loudness"] == [
+            "loudness must be in [0, 2]; got 3.0"
+        ]
+        data["echo-loudness"] = "1.5"
+        quiet, valid = compose(lab, data)
+        assert valid and quiet.config is not None
+        assert (quiet.config["regime"], quiet.config["echo"]) == (
+            "echo",
+            {"loudness": 1.5, "echoes": 2},
+        )
+
+        sweep = SweepForm()
+        assert ("echo", "Echo Chamber") in sweep.fields["regimes"].choices  # type: ignore[attr-defined]
+        assert "echo.loudness" in sweep.paths and "sgt.lambda_sgt" in sweep.paths
+        filters = experiment_filter_form(None)
+        assert ("echo", "Echo Chamber") in filters.fields["regime"].choices  # type: ignore[attr-defined]
+    assert "echo" not in {section.name for section in ExperimentComposer(lab=lab).sections}
+    assert "echo" not in dict(SweepForm().fields["regimes"].choices)  # type: ignore[attr-defined]
 
 
 # --- a valid experiment ----------------------------------------------------------------------
@@ -246,7 +317,7 @@ def test_registry_names_supply_source_tokenizer_template_and_size(
     # 7B vs two unbuilt zoo models (1 each): 2 GPUs for the big one, one each for the rest.
     assert composer.plan.policy("llama").cuda_visible_devices == "0,1"
     assert composer.plan.policy("qwen").cuda_visible_devices == "2"
-    assert composer.plan.slurm.sbatch_args()[:3] == ["--nodes=1", "--ntasks=3", "--gres=gpu:4"]
+    assert sbatch_args(composer.plan.slurm)[:3] == ["--nodes=1", "--ntasks=3", "--gres=gpu:4"]
     rows = composer.plan_rows()
     assert (rows[0].parameters.value, rows[0].parameters.origin) == (7_000_000_000, "declared")
     assert rows[1].parameters.origin == "fallback"
@@ -460,14 +531,30 @@ def test_duplicate_policy_names_are_refused(lab: Lab) -> None:
     assert message.startswith("duplicate policy name 'llama'")
 
 
-@pytest.mark.parametrize("value", ["1.5", "-0.1"])
-def test_lambda_out_of_range_is_refused(lab: Lab, value: str) -> None:
-    composer = bound(lab, {"sgt-lambda_sgt": value})
+def test_lambda_follows_the_trainers_range_at_least_zero_and_no_cap(lab: Lab) -> None:
+    composer = bound(lab, {"sgt-lambda_sgt": "-0.1"})
 
     assert not composer.is_valid()
     assert section_form(composer, "sgt").errors["lambda_sgt"] == [
-        f"lambda out of range: lambda_sgt must be in [0, 1]; got {float(value):g}"
+        "lambda_sgt must be >= 0; got -0.1"
     ]
+    composer = bound(lab, {"sgt-lambda_sgt": "1.5"})  # the form capped it at 1; the trainer not
+    assert composer.is_valid()
+    assert composer.config is not None and composer.config["sgt"]["lambda_sgt"] == 1.5
+
+
+def test_number_inputs_show_the_range_the_trainer_config_declares(lab: Lab) -> None:
+    composer = ExperimentComposer(lab=lab)
+
+    lambda_sgt = section_form(composer, "sgt")["lambda_sgt"]
+    assert (lambda_sgt.field.widget.attrs["min"], "max" in lambda_sgt.field.widget.attrs) == (
+        0,
+        False,
+    )
+    fraction = section_form(composer, "remix").fields["replay_fraction"].widget.attrs
+    assert (fraction["min"], fraction["max"]) == (0, 1)
+    assert pool_form(composer, 0).fields["group_size"].widget.attrs["min"] == 2
+    assert 'name="sgt-lambda_sgt" value="0.1" step="any" min="0"' in str(lambda_sgt)
 
 
 @pytest.mark.skipif("remix" not in section_names(), reason="no ReMix section in this config")
@@ -476,7 +563,7 @@ def test_remix_fields_are_range_checked_when_remix_is_on(lab: Lab) -> None:
 
     assert not composer.is_valid()
     (message,) = section_form(composer, "remix").errors["replay_fraction"]
-    assert message.startswith("replay_fraction out of range")
+    assert message == "replay_fraction (p) must be in [0, 1); got 1.0"
     # Off: the same value is ignored (the section keeps its defaults).
     composer = bound(lab, {"off_policy": "none", "remix-replay_fraction": "1.0"})
     assert composer.is_valid()

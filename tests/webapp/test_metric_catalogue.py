@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import re
 from pathlib import Path
 
 from trainer import metrics as m
-from webapp.experiments.metric_groups import METRIC_GROUPS, groups_as_json, metrics_as_json
+from trainer.regimes import BUILT_IN
+from webapp.experiments.metric_groups import groups_as_json, metric_groups, metrics_as_json
 
 TRAINER = Path(__file__).resolve().parents[2] / "trainer"
 KEY = re.compile(r"[a-z][a-z0-9_]*(?:/[a-z0-9_@.]+)+")  # "thl/mass_error", "val/reward@1/x"
@@ -36,12 +38,14 @@ def _key_literals(node: ast.AST) -> list[ast.expr]:
 @functools.cache
 def logged_keys() -> tuple[frozenset[str], frozenset[str]]:
     """Statically, the metric keys in the trainer's code: every key constant of
-    :mod:`trainer.metrics` and every ``m.NAME`` it is used by, every string literal
-    key like "thl/mass_error"; and, apart, the f-string keys (a family: "sgt/{x}"), with
-    each formatted part as "x"."""
+    :mod:`trainer.metrics` and of each built-in regime's declaration, every ``m.NAME`` it
+    is used by, every string literal key like "thl/mass_error"; and, apart, the f-string
+    keys (a family: "sgt/{x}"), with each formatted part as "x"."""
+    declarations = [importlib.import_module(f"trainer.regimes.{spec.name}") for spec in BUILT_IN]
     keys = {
         value
-        for name, value in vars(m).items()
+        for module in (m, *declarations)
+        for name, value in vars(module).items()
         if name.isupper() and isinstance(value, str) and KEY.fullmatch(value)
     }
     families: set[str] = set()
@@ -82,21 +86,21 @@ def test_the_scan_finds_the_keys_the_trainer_logs() -> None:
 
 def test_every_key_the_trainer_logs_has_a_chart_group_and_a_name() -> None:
     keys, families = logged_keys()
-    charted = {key for group in METRIC_GROUPS for key in group.keys}
+    charted = {key for group in metric_groups() for key in group.keys}
     assert sorted(keys - charted) == []
-    assert sorted(keys - set(m.BY_KEY)) == []
+    assert sorted(keys - set(m.catalogue().by_key)) == []
     for key in keys:
-        info = m.BY_KEY[key]
+        info = m.catalogue().by_key[key]
         assert info.label != key and info.label[0].isupper(), key
         assert info.group in m.GROUPS, key
     for sample in families:  # a key with a variable part needs a family in the catalogue
-        assert any(pattern.fullmatch(sample) for pattern, *_ in m.FAMILIES), sample
+        assert any(pattern.fullmatch(sample) for pattern, *_ in m.catalogue().families), sample
 
 
 def test_the_catalogue_names_each_key_once_in_a_known_group() -> None:
-    assert len(m.BY_KEY) == len(m.CATALOGUE)
-    assert len({info.label for info in m.CATALOGUE}) == len(m.CATALOGUE)
-    assert {info.group for info in m.CATALOGUE} == set(m.GROUPS)
+    assert len(m.catalogue().by_key) == len(m.catalogue().entries)
+    assert len({info.label for info in m.catalogue().entries}) == len(m.catalogue().entries)
+    assert {info.group for info in m.catalogue().entries} == set(m.GROUPS)
 
 
 def test_describe_names_units_and_falls_back_by_prefix() -> None:

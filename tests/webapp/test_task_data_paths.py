@@ -30,7 +30,8 @@ from tests.webapp.test_bad_form_input import field_errors, import_config, logged
 from tests.webapp.test_forms import query, sgt_data
 from tests.webapp.test_settings import REPO, _django_check
 from webapp.experiments import services
-from webapp.experiments.forms import ExperimentComposer, config_problems
+from webapp.experiments.compose import ExperimentComposer
+from webapp.experiments.forms import config_problems
 from webapp.experiments.models import Experiment, Lab, Sweep
 from webapp.experiments.task_data import task_data_problems, task_path_problem
 

@@ -132,6 +132,20 @@ def test_an_event_without_samples_says_none_were_recorded(
     old = TransferEvent.objects.get(run=filled, step=2, source="a")
     assert old.samples is None
     assert _detail(client, filled, old.pk).json()["samples"] is None
+    assert _detail(client, filled, old.pk).json()["no_text"] is None
+
+
+def test_a_kind_that_never_carries_text_says_what_crossed_instead(
+    client: Client, alice: User, filled: Run
+) -> None:
+    """XGRPO's declaration says only reward statistics cross."""
+    client.force_login(alice)
+    stats = TransferEvent.objects.get(run=filled, kind="advantage_stats")
+    detail = _detail(client, filled, stats.pk).json()
+    assert detail["samples"] is None
+    assert detail["no_text"] == (
+        "Only reward statistics crossed (a group baseline), no text: nothing more to show."
+    )
 
 
 def test_the_detail_is_404_outside_the_run_and_401_anonymous(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from trainer.core.registry import Registry
+from trainer.registry import Registry
 
 AdvantageEstimator = Callable[..., Tensor]
 """``(rewards: Tensor[n_groups, G], *, eps: float) -> Tensor[n_groups, G]``."""

@@ -1,13 +1,21 @@
-"""GRPO policy losses (SPEC section 3) as pure tensor functions behind name registries.
+"""The loss terms (SPEC 3, 4.3, 5) as pure tensor functions behind name registries.
+
+- the clipped surrogate, one body (:func:`clipped_surrogate`) for GRPO's plain one and
+  ReMix's mix-policy one (:func:`mix_policy_surrogate`: its ratio against the behaviour
+  version, its clip range centred on ``q_t``, its V-trace-truncated advantages);
+- the KL terms: the per-token estimators (:data:`KL_ESTIMATORS`, k3), GRPO's KL to the
+  reference (:func:`kl_to_reference`) and ReMix's KL-convex constraint
+  (:func:`kl_convex`);
+- auxiliary losses on sequences of their own (:data:`AUX_LOSSES`): SGT's NLL;
+- the aggregations (:data:`LOSS_AGGREGATIONS`) and the per-token quantities of logits.
+
+The objectives that combine them, chosen by name, are in :mod:`trainer.core.objectives`.
 
 Shapes: ``N`` sequences (rollouts) x ``T`` response positions (x ``V`` vocabulary for
 logits). ``mask`` is ``[N, T]``, bool or 0/1 float, true/1 on response tokens; any
 nonzero value counts as a token. Values at masked positions never matter, not even
 NaN/inf: they are replaced with ``torch.where`` (never multiplied by 0), before any
 arithmetic that could turn them into NaN gradients.
-
-The trainer builds keyword arguments from the run config and calls :func:`policy_loss`;
-the names in ``LOSS_AGGREGATIONS`` and ``KL_ESTIMATORS`` are the config's values.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from trainer.core.registry import Registry
+from trainer.registry import Registry
 
 LossAggregation = Callable[[Tensor, Tensor], Tensor]
 """``(values: Tensor[N, T], mask: Tensor[N, T]) -> Tensor[]``."""
@@ -26,8 +34,13 @@ LossAggregation = Callable[[Tensor, Tensor], Tensor]
 KLEstimator = Callable[..., Tensor]
 """``(logp: Tensor[N, T], ref_logp: Tensor[N, T], *, clamp: float) -> Tensor[N, T]``."""
 
+AuxLoss = Callable[[Tensor, Tensor], Tensor]
+"""``(logp: Tensor[N, T], mask: Tensor[N, T]) -> Tensor[]``: a micro-batch's loss summed
+over its masked tokens; the trainer divides the sums by the set's token count."""
+
 LOSS_AGGREGATIONS: Registry[LossAggregation] = Registry("loss aggregation")
 KL_ESTIMATORS: Registry[KLEstimator] = Registry("KL estimator")
+AUX_LOSSES: Registry[AuxLoss] = Registry("auxiliary loss")
 
 DEFAULT_CHUNK_TOKENS = 1024
 
@@ -96,7 +109,34 @@ def aggregate(values: Tensor, mask: Tensor, mode: str = "token-mean") -> Tensor:
     return LOSS_AGGREGATIONS.get(mode)(values, mask)
 
 
-# --- policy-gradient surrogate ------------------------------------------------------
+# --- the clipped surrogate, GRPO's and ReMix's --------------------------------------
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    """A clipped surrogate: ``loss`` (``Tensor[]``, with graph), ``clip_frac``
+    (``Tensor[]``, the token-mean of "clipped branch active", no graph) and the per-token
+    ratio ``rho`` (``Tensor[N, T]``, no graph; 1 at masked positions) for diagnostics."""
+
+    loss: Tensor
+    clip_frac: Tensor
+    ratio: Tensor
+
+
+def _per_token(advantages: Tensor, like: Tensor) -> Tensor:
+    """``advantages`` (``[N]``, broadcast over tokens, or ``[N, T]``) as ``[N, T]``."""
+    if advantages.dim() == 1:
+        if advantages.shape[0] != like.shape[0]:
+            raise ValueError(
+                f"advantages {tuple(advantages.shape)} do not match logp {tuple(like.shape)}"
+            )
+        return advantages.unsqueeze(-1).expand_as(like)
+    if advantages.shape != like.shape:
+        raise ValueError(
+            f"advantages must be [N] or [N, T]; got {tuple(advantages.shape)} "
+            f"for logp {tuple(like.shape)}"
+        )
+    return advantages
 
 
 def clipped_surrogate(
@@ -107,56 +147,137 @@ def clipped_surrogate(
     clip_eps: float = 0.2,
     agg: str = "token-mean",
     token_weights: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """PPO/GRPO clipped surrogate loss and clip fraction.
+    *,
+    clip_center: Tensor | None = None,
+    advantage_weights: Tensor | None = None,
+) -> Surrogate:
+    """PPO/GRPO clipped surrogate loss, the one body behind GRPO's and ReMix's.
 
-    Per token ``rho = exp(logp - old_logp)`` and
-    ``L = -min(rho * A, clip(rho, 1 - clip_eps, 1 + clip_eps) * A)``. Where the clipped
-    branch is strictly the active one (verl: ``pg_losses2 > pg_losses``) the loss does not
-    depend on ``logp``, so those tokens get zero gradient.
+    Per token ``rho = exp(logp - old_logp)``, ``A_t = A * advantage_weights`` and
+    ``L = -min(rho * A_t, clip(rho, c - clip_eps, c + clip_eps) * A_t) * token_weights``
+    with the clip centre ``c = clip_center`` (1 when None: plain PPO/GRPO, SPEC 3).
+    Where the clipped branch is strictly the active one (verl: ``pg_losses2 >
+    pg_losses``) the loss does not depend on ``logp``, so those tokens get zero gradient.
 
     Args:
         logp: ``Tensor[N, T]`` log-probs of the response tokens under the current policy.
-        old_logp: ``Tensor[N, T]`` log-probs under the policy that sampled them.
+        old_logp: ``Tensor[N, T]`` the ratio's denominator: log-probs under the policy
+            that sampled them (ReMix: the behaviour version ``pi_{k-i}``).
         advantages: ``Tensor[N]`` (one per sequence, broadcast over tokens) or
             ``Tensor[N, T]``.
         mask: ``Tensor[N, T]`` bool or 0/1, true on response tokens.
-        clip_eps: clipping range ``eps_clip``.
+        clip_eps: clipping half-width ``eps_clip``.
         agg: name in :data:`LOSS_AGGREGATIONS` for the loss.
         token_weights: optional ``Tensor[N, T]`` (no gradient) multiplying each token's
             surrogate: PRP's truncated importance weights on peer tokens (1 elsewhere).
+        clip_center: optional ``Tensor[N, T]`` (no gradient), the centre of the clip
+            range per token: ReMix's ``q_t = pi_k / pi_{k-i}`` (SPEC 5).
+        advantage_weights: optional ``Tensor[N, T]`` (no gradient) multiplying the
+            advantage per token: ReMix's V-trace truncation ``min(q_t, c_bar)`` on
+            replayed samples (1 on fresh ones).
 
     Returns:
-        ``(loss: Tensor[], clip_frac: Tensor[])``; ``clip_frac`` is the token-mean (whatever
-        ``agg`` is) of the indicator "clipped branch active", without gradient.
+        :class:`Surrogate`; ``clip_frac`` is a token-mean whatever ``agg`` is.
     """
     mask = _bool_mask(mask, logp)
-    if advantages.dim() == 1:
-        if advantages.shape[0] != logp.shape[0]:
-            raise ValueError(
-                f"advantages {tuple(advantages.shape)} do not match logp {tuple(logp.shape)}"
-            )
-        advantages = advantages.unsqueeze(-1).expand_as(logp)
-    elif advantages.shape != logp.shape:
-        raise ValueError(
-            f"advantages must be [N] or [N, T]; got {tuple(advantages.shape)} "
-            f"for logp {tuple(logp.shape)}"
-        )
+    advantages = _per_token(advantages, logp)
     log_ratio = _masked(logp, mask) - _masked(old_logp, mask)
     advantages = _masked(advantages.to(log_ratio.dtype), mask)
+    if advantage_weights is not None:
+        advantages = advantages * _masked(advantage_weights.detach().to(log_ratio.dtype), mask)
     ratio = torch.exp(log_ratio)
+    if clip_center is None:
+        clipped_ratio = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    else:
+        center = clip_center.detach()
+        clipped_ratio = torch.clamp(ratio, center - clip_eps, center + clip_eps)
     unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    clipped = -advantages * clipped_ratio
     clipped_active = clipped > unclipped
     per_token = torch.where(clipped_active, clipped, unclipped)
     if token_weights is not None:
         per_token = per_token * _masked(token_weights.detach().to(per_token.dtype), mask)
     loss = aggregate(per_token, mask, agg)
     clip_frac = token_mean(clipped_active.to(log_ratio.dtype), mask).detach()
-    return loss, clip_frac
+    return Surrogate(loss, clip_frac, ratio.detach())
 
 
-# --- KL to the reference policy -----------------------------------------------------
+def vtrace_truncation(q: Tensor, c_bar: float = 1.0) -> Tensor:
+    """V-trace-style truncated importance weight ``min(q_t, c_bar)``, per token (SPEC 5).
+
+    Args:
+        q: ``Tensor[N, T]`` importance ratios ``pi_k / pi_{k-i}``.
+        c_bar: the truncation, > 0.
+
+    Returns:
+        ``Tensor[N, T]``.
+    """
+    if c_bar <= 0:
+        raise ValueError(f"c_bar must be > 0, got {c_bar}")
+    return torch.clamp(q, max=c_bar)
+
+
+def mix_policy_surrogate(
+    logp: Tensor,
+    behaviour_logp: Tensor,
+    current_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_eps: float = 0.2,
+    c_bar: float = 1.0,
+    replayed: Tensor | None = None,
+    agg: str = "token-mean",
+    token_weights: Tensor | None = None,
+) -> Surrogate:
+    """ReMix's generalized PPO clipped surrogate with sample reuse (SPEC 5).
+
+    Per token, with ``r_t = pi_theta / pi_{k-i}`` and ``q_t = pi_k / pi_{k-i}``:
+    ``L = -min(r_t A_t, clip(r_t, q_t - eps, q_t + eps) A_t)``, where
+    ``A_t = A * min(q_t, c_bar)`` on replayed samples (V-trace-style truncation) and
+    ``A_t = A`` on fresh ones: :func:`clipped_surrogate` with ``old_logp =
+    behaviour_logp``, ``clip_center = q`` and ``advantage_weights``. For a fresh sample
+    ``q_t = 1`` and this is exactly plain PPO.
+
+    Args:
+        logp: ``Tensor[N, T]`` log-probs under the policy being optimised (with grad).
+        behaviour_logp: ``Tensor[N, T]`` log-probs under the version that sampled each
+            sample (for fresh samples: ``current_logp``).
+        current_logp: ``Tensor[N, T]`` log-probs under ``pi_k`` (start of the step).
+        advantages: ``Tensor[N]`` or ``Tensor[N, T]``.
+        mask: ``Tensor[N, T]`` bool or 0/1.
+        clip_eps: half-width ``eps`` of the clip range around ``q_t``.
+        c_bar: truncation of the replayed samples' importance weight.
+        replayed: ``Tensor[N]`` bool, true on replayed samples (default: none).
+        agg: name in :data:`LOSS_AGGREGATIONS`.
+        token_weights: optional ``Tensor[N, T]`` (no grad) multiplying each token's loss
+            (PRP's peer weights), as in :func:`clipped_surrogate`.
+
+    Returns:
+        :class:`Surrogate`; ``ratio`` is ``r_t``.
+    """
+    mask = _bool_mask(mask, logp)
+    q = torch.exp(_masked(current_logp, mask) - _masked(behaviour_logp, mask)).detach()
+    advantage_weights = None
+    if replayed is not None:
+        truncate = replayed.to(torch.bool).unsqueeze(-1).expand_as(mask) & mask
+        advantage_weights = torch.where(
+            truncate, vtrace_truncation(q, c_bar), torch.ones((), dtype=q.dtype)
+        )
+    return clipped_surrogate(
+        logp,
+        behaviour_logp,
+        advantages,
+        mask,
+        clip_eps,
+        agg,
+        token_weights,
+        clip_center=q,
+        advantage_weights=advantage_weights,
+    )
+
+
+# --- KL ------------------------------------------------------------------------------
 
 
 @KL_ESTIMATORS.register("k3")
@@ -183,6 +304,92 @@ def kl_k3(logp: Tensor, ref_logp: Tensor, clamp: float = 10.0) -> Tensor:
     log_ratio = torch.clamp(ref_logp - logp, min=-(clamp + 1.0), max=clamp + 1.0)
     kl = torch.exp(log_ratio) - log_ratio - 1.0
     return torch.clamp(kl, min=-clamp, max=clamp)
+
+
+def kl_to_reference(
+    logp: Tensor, ref_logp: Tensor, mask: Tensor, *, clamp: float = 10.0, estimator: str = "k3"
+) -> Tensor:
+    """Per-token ``KL(pi_theta || pi_ref)`` by the :data:`KL_ESTIMATORS` entry
+    ``estimator`` (SPEC 3: k3, clamped to ``[-clamp, clamp]``), NaN-safe: masked
+    positions compare 0 with 0.
+
+    Args:
+        logp: ``Tensor[N, T]`` current-policy log-probs.
+        ref_logp: ``Tensor[N, T]`` reference-policy log-probs.
+        mask: ``Tensor[N, T]`` bool or 0/1.
+        clamp: bound on the per-token estimate.
+        estimator: name in :data:`KL_ESTIMATORS`.
+
+    Returns:
+        ``Tensor[N, T]``; 0 at masked positions, whatever the inputs hold there.
+    """
+    mask = _bool_mask(mask, logp)
+    kl_fn = KL_ESTIMATORS.get(estimator)
+    return kl_fn(_masked(logp, mask), _masked(ref_logp, mask), clamp=clamp)
+
+
+def kl_convex(
+    logp: Tensor,
+    base_logp: Tensor,
+    prev_logp: Tensor,
+    kl_lambda: float,
+    *,
+    clamp: float = 10.0,
+    estimator: str = "k3",
+    mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """ReMix's KL-convex constraint (SPEC 5), per token:
+    ``lambda KL(pi_theta || pi_base) + (1 - lambda) KL(pi_theta || pi_prev)``.
+
+    Each KL is the per-token estimate of ``estimator`` (k3, clamped), as in
+    :func:`kl_to_reference`.
+
+    Args:
+        logp: ``Tensor[N, T]`` current-policy log-probs.
+        base_logp: ``Tensor[N, T]`` log-probs of the base (reference) policy.
+        prev_logp: ``Tensor[N, T]`` log-probs of the previous policy ``pi_k``.
+        kl_lambda: ``lambda(t)`` in ``[0, 1]``.
+        clamp: bound on each per-token estimate.
+        estimator: name in :data:`KL_ESTIMATORS`.
+        mask: optional ``Tensor[N, T]`` bool or 0/1; given, masked positions compare 0
+            with 0 (whatever the inputs hold there) and give 0.
+
+    Returns:
+        ``(convex, kl_base, kl_prev)``, all ``Tensor[N, T]``.
+    """
+    if not 0.0 <= kl_lambda <= 1.0:
+        raise ValueError(f"lambda must be in [0, 1], got {kl_lambda}")
+    if mask is not None:
+        mask = _bool_mask(mask, logp)
+        logp, base_logp, prev_logp = (_masked(x, mask) for x in (logp, base_logp, prev_logp))
+    kl_fn = KL_ESTIMATORS.get(estimator)
+    kl_base = kl_fn(logp, base_logp, clamp=clamp)
+    kl_prev = kl_fn(logp, prev_logp, clamp=clamp)
+    return kl_lambda * kl_base + (1.0 - kl_lambda) * kl_prev, kl_base, kl_prev
+
+
+# --- auxiliary losses on sequences of their own (SGT) --------------------------------
+
+
+@AUX_LOSSES.register("nll")
+def sft_nll_sum(logp: Tensor, mask: Tensor) -> Tensor:
+    """SGT's auxiliary NLL (SPEC 4.3) of a micro-batch, summed: ``-sum(logp)`` over the
+    masked tokens (the rescued responses' tokens).
+
+    The trainer divides the sums of all micro-batches by the auxiliary token count, which
+    makes the token-mean NLL ``L_NLL(rescued)`` that ``lambda_sgt`` weights. ``logp`` are
+    the target tokens' log-probs at temperature 1 (:func:`token_log_probs` of the plain
+    logits: a supervised cross-entropy, as in SFT).
+
+    Args:
+        logp: ``Tensor[N, T]``.
+        mask: ``Tensor[N, T]`` bool or 0/1.
+
+    Returns:
+        ``Tensor[]``, >= 0; 0 for an empty mask. Masked-out positions get no gradient,
+        whatever they hold (NaN included).
+    """
+    return -_masked(logp, _bool_mask(mask, logp)).sum()
 
 
 # --- quantities from logits ---------------------------------------------------------
@@ -254,119 +461,3 @@ def token_log_probs(
         [torch.logsumexp(chunk.to(dtype), dim=-1) for chunk in _row_chunks(logits, chunk_tokens)]
     )
     return selected - lse.view(tokens.shape)
-
-
-def sft_nll_sum(logp: Tensor, mask: Tensor) -> Tensor:
-    """SGT's auxiliary NLL (SPEC 4.3) of a micro-batch, summed: ``-sum(logp)`` over the
-    masked tokens (the rescued responses' tokens).
-
-    The trainer divides the sums of all micro-batches by the auxiliary token count, which
-    makes the token-mean NLL ``L_NLL(rescued)`` that ``lambda_sgt`` weights. ``logp`` are
-    the target tokens' log-probs at temperature 1 (:func:`token_log_probs` of the plain
-    logits: a supervised cross-entropy, as in SFT).
-
-    Args:
-        logp: ``Tensor[N, T]``.
-        mask: ``Tensor[N, T]`` bool or 0/1.
-
-    Returns:
-        ``Tensor[]``, >= 0; 0 for an empty mask. Masked-out positions get no gradient,
-        whatever they hold (NaN included).
-    """
-    return -_masked(logp, _bool_mask(mask, logp)).sum()
-
-
-# --- the full GRPO policy loss ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PolicyLossOutput:
-    """The loss to backpropagate and its parts (all ``Tensor[]``).
-
-    ``loss``, ``pg_loss``, ``kl_loss`` and ``entropy`` keep their graphs (call
-    ``.item()``/``.detach()`` for metrics ``actor/pg_loss``, ``actor/kl_loss``,
-    ``actor/entropy``); ``clip_frac`` (``actor/clip_frac``) has none.
-    """
-
-    loss: Tensor
-    pg_loss: Tensor
-    kl_loss: Tensor
-    entropy: Tensor
-    clip_frac: Tensor
-
-
-def policy_loss(
-    *,
-    logp: Tensor,
-    old_logp: Tensor,
-    ref_logp: Tensor | None,
-    advantages: Tensor,
-    mask: Tensor,
-    entropy: Tensor | None,
-    clip_eps: float,
-    kl_coef: float,
-    kl_clamp: float,
-    entropy_coef: float,
-    agg: str,
-    kl_estimator: str = "k3",
-    token_weights: Tensor | None = None,
-) -> PolicyLossOutput:
-    """GRPO loss ``pg_loss + kl_coef * kl_loss - entropy_coef * entropy``.
-
-    Each term is aggregated over ``mask`` with ``agg``. A term whose coefficient is 0 is
-    still reported when its input is given (``ref_logp`` / ``entropy``) but does not enter
-    ``loss``; when the input is ``None`` the term is reported as 0.
-
-    Args:
-        logp: ``Tensor[N, T]`` current-policy log-probs (with grad).
-        old_logp: ``Tensor[N, T]`` log-probs of the sampling policy.
-        ref_logp: ``Tensor[N, T]`` reference-policy log-probs; may be ``None`` only if
-            ``kl_coef == 0``.
-        advantages: ``Tensor[N]`` or ``Tensor[N, T]``.
-        mask: ``Tensor[N, T]`` bool or 0/1, true on response tokens.
-        entropy: ``Tensor[N, T]`` per-token policy entropy (see
-            :func:`entropy_from_logits`); may be ``None`` only if ``entropy_coef == 0``.
-        clip_eps: surrogate clipping range.
-        kl_coef: ``beta``.
-        kl_clamp: per-token bound of the KL estimate.
-        entropy_coef: entropy bonus coefficient.
-        agg: name in :data:`LOSS_AGGREGATIONS`.
-        kl_estimator: name in :data:`KL_ESTIMATORS`.
-        token_weights: optional ``Tensor[N, T]`` weights of the surrogate per token
-            (see :func:`clipped_surrogate`); the KL and entropy terms are unweighted.
-
-    Returns:
-        :class:`PolicyLossOutput` of ``Tensor[]``.
-    """
-    if ref_logp is None and kl_coef != 0:
-        raise ValueError(f"kl_coef is {kl_coef} but ref_logp is None; pass ref_logp or set 0")
-    if entropy is None and entropy_coef != 0:
-        raise ValueError(
-            f"entropy_coef is {entropy_coef} but entropy is None; pass entropy or set 0"
-        )
-    aggregate_fn = LOSS_AGGREGATIONS.get(agg)
-    kl_fn = KL_ESTIMATORS.get(kl_estimator)
-    bool_mask = _bool_mask(mask, logp)
-
-    pg_loss, clip_frac = clipped_surrogate(
-        logp, old_logp, advantages, bool_mask, clip_eps, agg, token_weights=token_weights
-    )
-    loss = pg_loss
-    zero = pg_loss.new_zeros(())
-
-    kl_loss = zero
-    if ref_logp is not None:
-        per_token_kl = kl_fn(_masked(logp, bool_mask), _masked(ref_logp, bool_mask), clamp=kl_clamp)
-        kl_loss = aggregate_fn(per_token_kl, bool_mask)
-        if kl_coef != 0:
-            loss = loss + kl_coef * kl_loss
-
-    entropy_mean = zero
-    if entropy is not None:
-        entropy_mean = aggregate_fn(entropy, bool_mask)
-        if entropy_coef != 0:
-            loss = loss - entropy_coef * entropy_mean
-
-    return PolicyLossOutput(
-        loss=loss, pg_loss=pg_loss, kl_loss=kl_loss, entropy=entropy_mean, clip_frac=clip_frac
-    )

@@ -1,25 +1,52 @@
-"""Sharing regimes behind one registry; adding a regime is one module and one line here."""
+"""Sharing regimes, each one package that declares itself (:mod:`trainer.regimes.spec`).
+
+Importing this package registers the built-in regimes and needs no torch: the web app
+reads their declarations. The implementations load on first use (:func:`make_regime`).
+Adding a regime: a package ``trainer/regimes/<name>/`` whose ``__init__`` registers a
+:class:`RegimeSpec`, an implementation module with its :class:`~trainer.regimes.base.Regime`,
+and one import line below.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+from trainer.regimes import prp, sgt, standalone, xgrpo
+from trainer.regimes.spec import (
+    REGIMES,
+    EventKind,
+    MetricFamily,
+    RegimeSpec,
+    event_kind_choices,
+    event_kind_names,
+    event_kinds,
+    make_regime,
+    regime_families,
+    regime_metrics,
+    regime_names,
+    regime_spec,
+    regimes,
+    register_regime,
+    registered,
+    section_names,
+)
 
-from trainer.config import RunConfig
-from trainer.core import Registry
-from trainer.regimes.base import Regime, RegimeStep
-from trainer.regimes.prp import PRP
-from trainer.regimes.sgt import SGT
-from trainer.regimes.standalone import Standalone
-from trainer.regimes.xgrpo import XGRPO
+BUILT_IN = (standalone.SPEC, prp.SPEC, xgrpo.SPEC, sgt.SPEC)
 
-REGIMES: Registry[type[Regime]] = Registry("regime")
-for regime_class in (Standalone, PRP, XGRPO, SGT):
-    REGIMES.register(regime_class.name)(regime_class)
-
-
-def make_regime(config: RunConfig, learner: str, tokenizer_dirs: dict[str, Path]) -> Regime:
-    """The regime of ``config`` for policy ``learner``."""
-    return REGIMES.get(config.regime)(config, learner, tokenizer_dirs)
-
-
-__all__ = ["REGIMES", "Regime", "RegimeStep", "make_regime"]
+__all__ = [
+    "BUILT_IN",
+    "REGIMES",
+    "EventKind",
+    "MetricFamily",
+    "RegimeSpec",
+    "event_kind_choices",
+    "event_kind_names",
+    "event_kinds",
+    "make_regime",
+    "regime_families",
+    "regime_metrics",
+    "regime_names",
+    "regime_spec",
+    "regimes",
+    "register_regime",
+    "registered",
+    "section_names",
+]

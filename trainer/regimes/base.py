@@ -8,8 +8,8 @@ A regime is a strategy with two hooks around the Shared Experience Exchange:
    :class:`~trainer.policy.LearnerBatch` its policy trains on, the transfer events of
    every crossing, and the regime's metrics.
 
-Adding a regime is one module with a :class:`Regime` subclass and one registry line in
-:mod:`trainer.regimes`.
+A regime's declaration (name, settings, metrics, event kinds, label, colour) is its
+:class:`~trainer.regimes.spec.RegimeSpec`; the spec names this class's subclass.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class Regime(ABC):
     """A sharing regime, instantiated once per policy worker."""
 
     name: ClassVar[str]
+    """The name of its :class:`~trainer.regimes.spec.RegimeSpec`."""
+    settings: Any
+    """Its section of the run config (``config.section(name)``; None without settings)."""
     topics: ClassVar[dict[str, type]] = {}
     """Topic name -> payload type that this regime publishes through the exchange."""
 
@@ -46,6 +49,7 @@ class Regime(ABC):
     ) -> None:
         self.config = config
         self.learner = learner
+        self.settings = config.sections.get(self.name)
         self.tokenizer_dirs = dict(tokenizer_dirs or {})
         """Every pool policy's tokenizer directory, for regimes that decode peers' ids."""
 

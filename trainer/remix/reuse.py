@@ -21,7 +21,7 @@ Every sharing regime combines with this: the replay only ever holds the learner'
 rollouts, whose behaviour policy is one of its own versions, so ``q_t = pi_k / pi_{k-i}``
 is defined. A PRP peer rollout is used only at the step it crosses (its ratio against
 ``pi_k`` times PRP's truncated weight, as without ReMix), and so are SGT's rescued
-successes (their NLL joins each of the ``m`` passes' optimizer steps).
+successes (their auxiliary NLL term joins each of the ``m`` passes' optimizer steps).
 
 Replayed samples follow the regime's samples in the batch, so with
 ``grpo.mini_batches > 1`` the last mini-batches hold the replayed ones (as PRP's peer
@@ -57,9 +57,7 @@ def with_replay(batch: LearnerBatch, replayed: list[ReplaySample]) -> LearnerBat
             [batch.advantages, torch.tensor([s.advantage for s in replayed], dtype=torch.float32)]
         ),
         token_weights=weights + [None] * len(replayed),
-        aux_prompt_ids=batch.aux_prompt_ids,
-        aux_response_ids=batch.aux_response_ids,
-        aux_coef=batch.aux_coef,
+        aux_terms=list(batch.aux_terms),
         behaviour_logp=behaviour + [list(s.behaviour_logp) for s in replayed],
     )
 

@@ -50,6 +50,7 @@ from typing import Any
 
 from trainer.tasks.base import Problem
 from trainer.tasks.rewards import extract_boxed
+from trainer.wire import MAX_KEY
 
 Loader = Callable[[str | Path], list[Problem]]
 JSONL_SUFFIXES = (".jsonl", ".json-lines")
@@ -156,8 +157,20 @@ def _required_text(row: Row, names: tuple[str, ...], what: str) -> tuple[str, st
 
 
 def _problem_id(row: Row) -> str:
+    """The row's id, or ``<file stem>-<row>``; at most :data:`trainer.wire.MAX_KEY`
+    characters, since every transfer event carries it (the check runs before training)."""
     name = _first_field(row, ID_FIELDS)
-    return _text(row, name) if name else f"{row.path.stem}-{row.index}"
+    if not name:
+        suffix = f"-{row.index}"
+        return row.path.stem[: MAX_KEY - len(suffix)] + suffix
+    problem_id = _text(row, name)
+    if len(problem_id) > MAX_KEY:
+        raise row.error(
+            name,
+            f"the id has {len(problem_id)} characters; use at most {MAX_KEY} "
+            "(transfer events carry it to the web app)",
+        )
+    return problem_id
 
 
 def _difficulty(row: Row) -> int:

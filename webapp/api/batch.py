@@ -5,14 +5,15 @@
 ``points[3].value: must be a number or one of "NaN", "Infinity", "-Infinity"``.
 Everything is checked before anything is written: a rejected batch writes nothing.
 
-The rules mirror the trainer's stand-in server (``tests/trainer/ingest_server.py``) and
-the model field lengths: no unknown fields; ``policy``/``source``/``target`` are
-non-empty strings of at most 64 characters, ``key`` and ``prompt_id`` at most 128;
-``step`` and ``count`` are integers in [0, 2**31 - 1] (``true`` is not a number);
-``value`` is a number or one of the strings "NaN", "Infinity", "-Infinity";
-``wall_time`` is a finite number (or null/missing); ``weight`` a finite number or null;
-``count`` defaults to 1; ``kind`` is rollout | advantage_stats | success. A batch holds
-at most 10,000 points and 10,000 events (413 above).
+The rules are the wire contract's (:mod:`trainer.wire`: its records :data:`~trainer.wire.POINT`,
+:data:`~trainer.wire.EVENT`, :data:`~trainer.wire.SAMPLE`, :data:`~trainer.wire.STATUS` and
+:data:`~trainer.wire.BATCH`), read strictly as JSON: no unknown fields, no missing
+required ones; names are non-empty strings within their lengths, and no string holds a NUL
+or a lone surrogate; ``step`` and ``count`` are integer literals in [0, 2**31 - 1]
+(``true`` is not a number); ``value`` is a number or one of the strings "NaN",
+"Infinity", "-Infinity"; ``wall_time``, ``weight`` and a sample's ``reward`` are finite
+numbers or null; ``kind`` is an event kind of a registered regime (read once per batch);
+``count`` defaults to 1. A batch holds at most 10,000 points and 10,000 events (413 above).
 
 An event may carry ``samples``, what crossed (null or missing for old trainers): at most
 :data:`MAX_EVENT_SAMPLES` objects ``{"text", "tokens"?, "reward"?, "truncated"?}``:
@@ -27,33 +28,72 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Set
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
-MAX_POINTS = 10_000
-MAX_EVENTS = 10_000
-MAX_STATUS_MESSAGE = 500
-MAX_INT32 = 2**31 - 1
-NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-EVENT_KINDS = ("rollout", "advantage_stats", "success")
-STATUS_STATES = ("running", "completing", "completed", "failed")
-MAX_EVENT_SAMPLES = 4
-MAX_SAMPLE_TEXT = 2000
-MAX_SAMPLE_TOKENS = 512
-MAX_TOKEN_CHARS = 32
-
-# name -> (max length) for the text fields of points and events
-POINT_NAMES = {"policy": 64, "key": 128}
-EVENT_NAMES = {"source": 64, "target": 64, "prompt_id": 128}
-POINT_FIELDS = frozenset({"policy", "key", "step", "value", "wall_time"})
-POINT_REQUIRED = frozenset({"policy", "key", "step", "value"})
-EVENT_FIELDS = frozenset(
-    {"step", "source", "target", "kind", "prompt_id", "count", "weight", "samples"}
+from trainer.wire import (
+    BATCH,
+    EVENT,
+    EVENT_KINDS,
+    MAX_EVENT_SAMPLES,
+    MAX_EVENTS,
+    MAX_INT32,
+    MAX_POINTS,
+    MAX_SAMPLE_TEXT,
+    MAX_SAMPLE_TOKENS,
+    MAX_STATUS_MESSAGE,
+    MAX_TOKEN_CHARS,
+    NON_FINITE,
+    POINT,
+    SAMPLE,
+    STATUS,
+    STATUS_STATES,
+    Field,
+    event_kind_names,
 )
-EVENT_REQUIRED = frozenset({"step", "source", "target", "kind", "prompt_id"})
-SAMPLE_FIELDS = frozenset({"text", "tokens", "reward", "truncated"})
-SAMPLE_REQUIRED = frozenset({"text"})
-STATUS_FIELDS = frozenset({"state", "message"})
+
+__all__ = [
+    "EVENT_FIELDS",
+    "EVENT_KINDS",
+    "EVENT_REQUIRED",
+    "MAX_EVENTS",
+    "MAX_EVENT_SAMPLES",
+    "MAX_INT32",
+    "MAX_POINTS",
+    "MAX_SAMPLE_TEXT",
+    "MAX_SAMPLE_TOKENS",
+    "MAX_STATUS_MESSAGE",
+    "MAX_TOKEN_CHARS",
+    "NON_FINITE",
+    "POINT_FIELDS",
+    "POINT_REQUIRED",
+    "SAMPLE_FIELDS",
+    "SAMPLE_REQUIRED",
+    "STATUS_FIELDS",
+    "STATUS_STATES",
+    "BatchError",
+    "EventIn",
+    "IngestBatch",
+    "PointIn",
+    "StatusIn",
+    "decode_json",
+    "first_events",
+    "first_of_each",
+    "parse_batch",
+    "parse_event",
+    "parse_point",
+    "parse_sample",
+    "parse_samples",
+    "parse_status",
+]
+
+POINT_FIELDS, POINT_REQUIRED = POINT.allowed, POINT.required
+EVENT_FIELDS, EVENT_REQUIRED = EVENT.allowed, EVENT.required
+SAMPLE_FIELDS, SAMPLE_REQUIRED = SAMPLE.allowed, SAMPLE.required
+STATUS_FIELDS, STATUS_REQUIRED = STATUS.allowed, STATUS.required
+BATCH_FIELDS = BATCH.allowed
+_BATCH_ALLOWED = ", ".join(sorted(BATCH_FIELDS))
 
 
 class BatchError(ValueError):
@@ -104,68 +144,105 @@ class IngestBatch:
 
 
 # --------------------------------------------------------------------------- scalars
+# Each field's check is made once from its definition in the contract (its name and
+# bounds bound in a closure), so the hot path reads no attributes and builds no strings.
 
 
 def _is_number(value: Any) -> bool:
     return type(value) in (int, float)  # bool is an int subclass: excluded on purpose
 
 
-def _text(where: str, name: str, value: Any, max_length: int, *, allow_empty: bool = False) -> str:
-    ascii_ok = type(value) is str and 0 < len(value) <= max_length and value.isascii()
-    if ascii_ok and "\x00" not in value:
-        return value  # the common case, checked cheaply
-    where = f"{where}.{name}"
-    if not isinstance(value, str):
-        raise BatchError(f"{where}: must be a string, not {_kind(value)}")
-    if not value and not allow_empty:
-        raise BatchError(f"{where}: must not be empty")
-    if len(value) > max_length:
-        raise BatchError(f"{where}: longer than {max_length} characters ({len(value)})")
-    if "\x00" in value:
-        raise BatchError(f"{where}: must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BatchError(f"{where}: is not valid UTF-8 (lone surrogate)") from None
-    return value
+def _string(spec: Field) -> Callable[..., str]:
+    """The check of string field ``spec``: ``check(where, value, label=spec.name)``."""
+    if spec.type != "string" or spec.max_length is None:
+        raise ValueError(f"{spec.name!r} is not a string field with a maximum length")
+    least, most = spec.min_length, spec.max_length
 
-
-def _int(where: str, name: str, value: Any) -> int:
-    if type(value) is not int or not 0 <= value <= MAX_INT32:
-        raise BatchError(
-            f"{where}.{name}: must be an integer in [0, {MAX_INT32}], not {_show(value)}"
-        )
-    return value
-
-
-def _value(where: str, name: str, value: Any) -> float:
-    if type(value) is float:
+    def check(where: str, value: Any, label: str = spec.name) -> str:
+        if (
+            type(value) is str
+            and least <= len(value) <= most
+            and value.isascii()
+            and "\x00" not in value
+        ):
+            return value  # the common case, checked cheaply
+        where = f"{where}.{label}"
+        if not isinstance(value, str):
+            raise BatchError(f"{where}: must be a string, not {_kind(value)}")
+        problem = spec.text_problem(value)
+        if problem is not None:
+            raise BatchError(f"{where}: {problem}")
         return value
-    if isinstance(value, str) and value in NON_FINITE:
-        return NON_FINITE[value]
-    if not _is_number(value):
+
+    return check
+
+
+def _integer(spec: Field) -> Callable[[str, Any], int]:
+    """The check of integer field ``spec``: an integer literal within its bounds."""
+    low, high, name = spec.minimum, spec.maximum, spec.name
+
+    def check(where: str, value: Any) -> int:
+        if type(value) is int and low <= value <= high:
+            return value
         raise BatchError(
-            f'{where}.{name}: must be a number or one of "NaN", "Infinity", "-Infinity", '
-            f"not {_show(value)}"
+            f"{where}.{name}: must be an integer in [{low}, {high}], not {_show(value)}"
         )
-    try:
-        return float(value)
-    except OverflowError:
-        raise BatchError(f"{where}.{name}: number out of range") from None
+
+    return check
 
 
-def _finite_or_null(where: str, name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if not _is_number(value):
-        raise BatchError(f"{where}.{name}: must be a number or null, not {_show(value)}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise BatchError(f"{where}.{name}: must be finite")
-    return number
+def _metric_value(spec: Field) -> Callable[[str, Any], float]:
+    """The check of a metric value: a number or a :data:`NON_FINITE` string, as a float."""
+    name, strings = spec.name, ", ".join(json.dumps(text) for text in NON_FINITE)
+
+    def check(where: str, value: Any) -> float:
+        if type(value) is float:
+            return value
+        if isinstance(value, str) and value in NON_FINITE:
+            return NON_FINITE[value]
+        if not _is_number(value):
+            raise BatchError(
+                f"{where}.{name}: must be a number or one of {strings}, not {_show(value)}"
+            )
+        try:
+            return float(value)
+        except OverflowError:
+            raise BatchError(f"{where}.{name}: number out of range") from None
+
+    return check
+
+
+def _finite_or_null(spec: Field) -> Callable[[str, Any], float | None]:
+    """The check of a nullable number field: a finite number or None."""
+    name = spec.name
+
+    def check(where: str, value: Any) -> float | None:
+        if value is None:
+            return None
+        if not _is_number(value):
+            raise BatchError(f"{where}.{name}: must be a number or null, not {_show(value)}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise BatchError(f"{where}.{name}: must be finite")
+        return number
+
+    return check
+
+
+_policy, _key = _string(POINT["policy"]), _string(POINT["key"])
+_point_step, _value = _integer(POINT["step"]), _metric_value(POINT["value"])
+_wall_time = _finite_or_null(POINT["wall_time"])
+_event_step, _count = _integer(EVENT["step"]), _integer(EVENT["count"])
+_source, _target = _string(EVENT["source"]), _string(EVENT["target"])
+_prompt_id, _weight = _string(EVENT["prompt_id"]), _finite_or_null(EVENT["weight"])
+_text, _token = _string(SAMPLE["text"]), _string(cast(Field, SAMPLE["tokens"].items))
+_reward = _finite_or_null(SAMPLE["reward"])
+_message = _string(STATUS["message"])
+_KIND, _STATE = EVENT["kind"], STATUS["state"]
+_COUNT_DEFAULT, _MESSAGE_DEFAULT = EVENT["count"].default, STATUS["message"].default
 
 
 def _kind(value: Any) -> str:
@@ -186,7 +263,7 @@ def _field_name(name: str) -> str:
     return _show(name)
 
 
-def _fields(where: str, record: Any, allowed: frozenset[str], required: frozenset[str]) -> None:
+def _fields(where: str, record: Any, allowed: Set[str], required: Set[str]) -> None:
     if type(record) is dict and record.keys() <= allowed and required <= record.keys():
         return
     if not isinstance(record, dict):
@@ -201,6 +278,23 @@ def _fields(where: str, record: Any, allowed: frozenset[str], required: frozense
         raise BatchError(f"{where}.{missing[0]}: missing")
 
 
+def _choice(where: str, spec: Field, value: Any, allowed: Set[str]) -> str:
+    """``value`` if it is one of ``allowed`` (the strings ``spec`` may take now)."""
+    if type(value) is str and value in allowed:
+        return value
+    raise BatchError(
+        f"{where}.{spec.name}: must be one of {list(spec.enum() or ())}, not {_show(value)}"
+    )
+
+
+def _kinds() -> frozenset[str]:
+    """The event kinds a batch may use: the registered regimes' (read once per batch)."""
+    return frozenset(event_kind_names())
+
+
+_STATES = frozenset(STATUS_STATES)
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -208,20 +302,18 @@ def parse_point(where: str, record: Any) -> PointIn:
     """One point; ``where`` (e.g. ``points[3]``) prefixes the field in error messages."""
     _fields(where, record, POINT_FIELDS, POINT_REQUIRED)
     return PointIn(
-        _text(where, "policy", record["policy"], POINT_NAMES["policy"]),
-        _text(where, "key", record["key"], POINT_NAMES["key"]),
-        _int(where, "step", record["step"]),
-        _value(where, "value", record["value"]),
-        _finite_or_null(where, "wall_time", record.get("wall_time")),
+        _policy(where, record["policy"]),
+        _key(where, record["key"]),
+        _point_step(where, record["step"]),
+        _value(where, record["value"]),
+        _wall_time(where, record.get("wall_time")),
     )
 
 
 def parse_sample(where: str, record: Any) -> dict[str, Any]:
     """One sample of an event's ``samples``, as it is stored (missing fields left out)."""
     _fields(where, record, SAMPLE_FIELDS, SAMPLE_REQUIRED)
-    sample: dict[str, Any] = {
-        "text": _text(where, "text", record["text"], MAX_SAMPLE_TEXT, allow_empty=True)
-    }
+    sample: dict[str, Any] = {"text": _text(where, record["text"])}
     tokens = record.get("tokens")
     if tokens is not None:
         tokens = _list(f"{where}.tokens", tokens)
@@ -230,12 +322,9 @@ def parse_sample(where: str, record: Any) -> dict[str, Any]:
                 f"{where}.tokens: {len(tokens)} tokens; at most {MAX_SAMPLE_TOKENS} "
                 '(cut them and set "truncated": true)'
             )
-        sample["tokens"] = [
-            _text(where, f"tokens[{i}]", token, MAX_TOKEN_CHARS, allow_empty=True)
-            for i, token in enumerate(tokens)
-        ]
+        sample["tokens"] = [_token(where, token, f"tokens[{i}]") for i, token in enumerate(tokens)]
     if "reward" in record:
-        sample["reward"] = _finite_or_null(where, "reward", record["reward"])
+        sample["reward"] = _reward(where, record["reward"])
     truncated = record.get("truncated", False)
     if type(truncated) is not bool:
         raise BatchError(f"{where}.truncated: must be true or false, not {_show(truncated)}")
@@ -253,31 +342,27 @@ def parse_samples(where: str, value: Any) -> list[dict[str, Any]] | None:
     return [parse_sample(f"{where}[{i}]", sample) for i, sample in enumerate(samples)]
 
 
-def parse_event(where: str, record: Any) -> EventIn:
+def parse_event(where: str, record: Any, kinds: Set[str] | None = None) -> EventIn:
+    """One event; ``kinds`` are the event kinds allowed (default: the registry's now;
+    :func:`parse_batch` reads them once for the whole batch)."""
     _fields(where, record, EVENT_FIELDS, EVENT_REQUIRED)
-    kind = record["kind"]
-    if kind not in EVENT_KINDS:
-        raise BatchError(f"{where}.kind: must be one of {list(EVENT_KINDS)}, not {_show(kind)}")
+    kind = _choice(where, _KIND, record["kind"], _kinds() if kinds is None else kinds)
     return EventIn(
-        _int(where, "step", record["step"]),
-        _text(where, "source", record["source"], EVENT_NAMES["source"]),
-        _text(where, "target", record["target"], EVENT_NAMES["target"]),
+        _event_step(where, record["step"]),
+        _source(where, record["source"]),
+        _target(where, record["target"]),
         kind,
-        _text(where, "prompt_id", record["prompt_id"], EVENT_NAMES["prompt_id"]),
-        _int(where, "count", record.get("count", 1)),
-        _finite_or_null(where, "weight", record.get("weight")),
+        _prompt_id(where, record["prompt_id"]),
+        _count(where, record.get("count", _COUNT_DEFAULT)),
+        _weight(where, record.get("weight")),
         parse_samples(f"{where}.samples", record.get("samples")),
     )
 
 
 def parse_status(record: Any) -> StatusIn:
-    _fields("status", record, STATUS_FIELDS, frozenset({"state"}))
-    state = record["state"]
-    if state not in STATUS_STATES:
-        raise BatchError(f"status.state: must be one of {list(STATUS_STATES)}, not {_show(state)}")
-    message = _text(
-        "status", "message", record.get("message", ""), MAX_STATUS_MESSAGE, allow_empty=True
-    )
+    _fields("status", record, STATUS_FIELDS, STATUS_REQUIRED)
+    state = _choice("status", _STATE, record["state"], _STATES)
+    message = _message("status", record.get("message", _MESSAGE_DEFAULT))
     return StatusIn(state=state, message=message)
 
 
@@ -306,11 +391,9 @@ def parse_batch(raw: bytes) -> IngestBatch:
     body = decode_json(raw)
     if not isinstance(body, dict):
         raise BatchError(f"body: must be a JSON object, not {_kind(body)}")
-    unknown = sorted(set(body) - {"points", "events", "status"})
+    unknown = sorted(set(body) - BATCH_FIELDS)
     if unknown:
-        raise BatchError(
-            f"{_field_name(unknown[0])}: unknown field (allowed: events, points, status)"
-        )
+        raise BatchError(f"{_field_name(unknown[0])}: unknown field (allowed: {_BATCH_ALLOWED})")
     points = _list("points", body.get("points", []))
     if len(points) > MAX_POINTS:
         raise BatchError(f"points: {len(points)} points; a batch holds at most {MAX_POINTS}", 413)
@@ -318,9 +401,10 @@ def parse_batch(raw: bytes) -> IngestBatch:
     if len(events) > MAX_EVENTS:
         raise BatchError(f"events: {len(events)} events; a batch holds at most {MAX_EVENTS}", 413)
     status = body.get("status")
+    kinds = _kinds() if events else frozenset()
     return IngestBatch(
         points=tuple(parse_point(f"points[{i}]", p) for i, p in enumerate(points)),
-        events=tuple(parse_event(f"events[{i}]", e) for i, e in enumerate(events)),
+        events=tuple(parse_event(f"events[{i}]", e, kinds) for i, e in enumerate(events)),
         status=None if status is None else parse_status(status),
     )
 

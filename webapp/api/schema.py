@@ -1,37 +1,35 @@
-"""``GET /api/v1/schema``: the API described in OpenAPI 3.1 (written by hand, served as JSON).
+"""``GET /api/v1/schema``: the API described in OpenAPI 3.1 (served as JSON).
 
-The limits come from the code that enforces them (:mod:`webapp.api.batch`,
-:mod:`webapp.api.views`), and ``tests/webapp/test_fuzz_ingest.py`` checks real replies
-and every route of ``webapp/api/urls.py`` against this description. Public: it holds no
-data. JSON Schema notes: ``integer`` means an integer literal (``12``, not ``12.0``); no
-string may contain a NUL character or a lone surrogate.
+The ingest request's components (``Point``, ``Event``, ``Sample``, ``Status``, ``Batch``)
+are the wire contract's records (:func:`trainer.wire.json_schemas`): the definitions the
+batch parser checks against. The rest is written here, its limits taken from the code
+that enforces them (:mod:`trainer.wire`, :mod:`webapp.api.views`). The event kinds are
+whatever the registered sharing regimes declare when the document is asked for:
+:func:`openapi` builds it for the kinds of the moment (cached per set of kinds), and the
+module attribute ``OPENAPI`` is :func:`openapi` read on access.
+``tests/webapp/test_fuzz_ingest.py`` checks real replies and every route of
+``webapp/api/urls.py`` against this description. Public: it holds no data. JSON Schema
+notes: ``integer`` means an integer literal (``12``, not ``12.0``); no string may contain
+a NUL character or a lone surrogate.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import cache_control
 
-from webapp.api import batch, views
+from trainer import wire
+from webapp.api import views
 from webapp.api.http import allow_methods, json_reply
 
-NO_NUL = "^[^\\u0000]*$"
+NO_NUL = wire.NO_NUL
 
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _name(max_length: int, description: str) -> dict[str, Any]:
-    return {
-        "type": "string",
-        "minLength": 1,
-        "maxLength": max_length,
-        "pattern": NO_NUL,
-        "description": description,
-    }
 
 
 def _int(low: int, high: int | None, description: str) -> dict[str, Any]:
@@ -41,399 +39,311 @@ def _int(low: int, high: int | None, description: str) -> dict[str, Any]:
     return schema
 
 
-STEP = _int(0, batch.MAX_INT32, "Training step")
-FINITE_OR_NULL = {"type": ["number", "null"], "description": "A finite number, or null"}
+def _kind(kinds: tuple[str, ...]) -> dict[str, Any]:
+    return {"type": "string", "enum": list(kinds)}
 
-SCHEMAS: dict[str, Any] = {
-    "Point": {
-        "type": "object",
-        "description": "One metric value; keyed by (run, policy, key, step).",
-        "additionalProperties": False,
-        "required": sorted(batch.POINT_REQUIRED),
-        "properties": {
-            "policy": _name(batch.POINT_NAMES["policy"], "Policy name, or _pool"),
-            "key": _name(batch.POINT_NAMES["key"], "Metric name, e.g. train/reward_mean"),
-            "step": STEP,
-            "value": {
-                "description": 'A number; non-finite values as the strings "NaN", '
-                '"Infinity", "-Infinity" (stored and shown as such)',
-                "oneOf": [
-                    {"type": "number"},
-                    {"type": "string", "enum": sorted(batch.NON_FINITE)},
-                ],
-            },
-            "wall_time": FINITE_OR_NULL,
-        },
-    },
-    "Event": {
-        "type": "object",
-        "description": "A peer transfer (SPEC 4.5); keyed by (run, step, source, target, "
-        "kind, prompt_id).",
-        "additionalProperties": False,
-        "required": sorted(batch.EVENT_REQUIRED),
-        "properties": {
-            "step": STEP,
-            "source": _name(batch.EVENT_NAMES["source"], "Policy the experience comes from"),
-            "target": _name(batch.EVENT_NAMES["target"], "Policy it goes to"),
-            "kind": {"type": "string", "enum": list(batch.EVENT_KINDS)},
-            "prompt_id": _name(batch.EVENT_NAMES["prompt_id"], "The prompt's id"),
-            "count": {**_int(0, batch.MAX_INT32, "How many (default 1)"), "default": 1},
-            "weight": FINITE_OR_NULL,
-            "samples": {
-                "description": "What crossed (null or missing: not recorded); the trainer "
-                "cuts texts and token lists to the limits and says so in truncated",
-                "oneOf": [
-                    {"type": "array", "maxItems": batch.MAX_EVENT_SAMPLES, "items": _ref("Sample")},
-                    {"type": "null"},
-                ],
+
+def _reply_schemas(kinds: tuple[str, ...]) -> dict[str, Any]:
+    """The components of the replies (the reads' event rows list ``kinds``)."""
+    return {
+        "Counts": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["accepted", "duplicates"],
+            "properties": {
+                "accepted": {"type": "integer", "minimum": 0},
+                "duplicates": {"type": "integer", "minimum": 0},
             },
         },
-    },
-    "Sample": {
-        "type": "object",
-        "description": "One response that crossed: its text, and its retokenization in the "
-        "target's tokenizer (THL paths)",
-        "additionalProperties": False,
-        "required": sorted(batch.SAMPLE_REQUIRED),
-        "properties": {
-            "text": {
-                "type": "string",
-                "maxLength": batch.MAX_SAMPLE_TEXT,
-                "pattern": NO_NUL,
-                "description": "The peer's response text (may be empty)",
-            },
-            "tokens": {
-                "type": ["array", "null"],
-                "maxItems": batch.MAX_SAMPLE_TOKENS,
-                "items": {"type": "string", "maxLength": batch.MAX_TOKEN_CHARS, "pattern": NO_NUL},
-                "description": "The text retokenized: token strings of the target's tokenizer",
-            },
-            "reward": FINITE_OR_NULL,
-            "truncated": {
-                "type": "boolean",
-                "default": False,
-                "description": "The text or the tokens were cut to the limits",
-            },
-        },
-    },
-    "Status": {
-        "type": "object",
-        "description": "The trainer's report; moves the run where its state machine allows.",
-        "additionalProperties": False,
-        "required": ["state"],
-        "properties": {
-            "state": {"type": "string", "enum": list(batch.STATUS_STATES)},
-            "message": {
-                "type": "string",
-                "maxLength": batch.MAX_STATUS_MESSAGE,
-                "pattern": NO_NUL,
-                "default": "",
-            },
-        },
-    },
-    "Batch": {
-        "type": "object",
-        "description": "Every part is optional; resending a batch changes nothing.",
-        "additionalProperties": False,
-        "properties": {
-            "points": {"type": "array", "maxItems": batch.MAX_POINTS, "items": _ref("Point")},
-            "events": {"type": "array", "maxItems": batch.MAX_EVENTS, "items": _ref("Event")},
-            "status": {"oneOf": [_ref("Status"), {"type": "null"}]},
-        },
-    },
-    "Counts": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["accepted", "duplicates"],
-        "properties": {
-            "accepted": {"type": "integer", "minimum": 0},
-            "duplicates": {"type": "integer", "minimum": 0},
-        },
-    },
-    "IngestReply": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["accepted", "duplicates", "points", "events"],
-        "properties": {
-            "accepted": {"type": "integer", "minimum": 0, "description": "New points + events"},
-            "duplicates": {"type": "integer", "minimum": 0, "description": "Already stored"},
-            "points": _ref("Counts"),
-            "events": _ref("Counts"),
-            "status": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["state", "applied"],
-                "properties": {
-                    "state": {"type": "string", "description": "The run's state now"},
-                    "applied": {"type": "boolean"},
-                    "reason": {"type": "string", "description": "Why the state stayed"},
+        "IngestReply": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["accepted", "duplicates", "points", "events"],
+            "properties": {
+                "accepted": {"type": "integer", "minimum": 0, "description": "New points + events"},
+                "duplicates": {"type": "integer", "minimum": 0, "description": "Already stored"},
+                "points": _ref("Counts"),
+                "events": _ref("Counts"),
+                "status": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["state", "applied"],
+                    "properties": {
+                        "state": {"type": "string", "description": "The run's state now"},
+                        "applied": {"type": "boolean"},
+                        "reason": {"type": "string", "description": "Why the state stayed"},
+                    },
                 },
             },
         },
-    },
-    "Error": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "string",
-                "description": "What is wrong; names the field, e.g. points[3].value: ...",
-            }
+        "Error": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["error"],
+            "properties": {
+                "error": {
+                    "type": "string",
+                    "description": "What is wrong; names the field, e.g. points[3].value: ...",
+                }
+            },
         },
-    },
-    "Value": {
-        "description": 'A metric value: a number, "NaN", "Infinity" or "-Infinity"',
-        "oneOf": [
-            {"type": "number"},
-            {"type": "string", "enum": sorted(batch.NON_FINITE)},
-        ],
-    },
-    "Series": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["run", "max_points", "after_step", "series"],
-        "properties": {
-            "run": {"type": "integer"},
-            "max_points": {"type": "integer"},
-            "after_step": {"type": ["integer", "null"]},
-            "series": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["policy", "key", "n_points", "downsampled", "points"],
-                    "properties": {
-                        "policy": {"type": "string"},
-                        "key": {"type": "string"},
-                        "n_points": {"type": "integer", "minimum": 0},
-                        "downsampled": {"type": "boolean"},
-                        "points": {
-                            "type": "array",
-                            "description": "[step, value] pairs by step",
-                            "items": {
+        "Value": wire.value_schema('A metric value: a number, "NaN", "Infinity" or "-Infinity"'),
+        "Series": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["run", "max_points", "after_step", "series"],
+            "properties": {
+                "run": {"type": "integer"},
+                "max_points": {"type": "integer"},
+                "after_step": {"type": ["integer", "null"]},
+                "series": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["policy", "key", "n_points", "downsampled", "points"],
+                        "properties": {
+                            "policy": {"type": "string"},
+                            "key": {"type": "string"},
+                            "n_points": {"type": "integer", "minimum": 0},
+                            "downsampled": {"type": "boolean"},
+                            "points": {
                                 "type": "array",
-                                "minItems": 2,
-                                "maxItems": 2,
-                                "prefixItems": [{"type": "integer"}, _ref("Value")],
+                                "description": "[step, value] pairs by step",
+                                "items": {
+                                    "type": "array",
+                                    "minItems": 2,
+                                    "maxItems": 2,
+                                    "prefixItems": [{"type": "integer"}, _ref("Value")],
+                                },
                             },
                         },
                     },
                 },
             },
         },
-    },
-    "Keys": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["run", "keys"],
-        "properties": {
-            "run": {"type": "integer"},
-            "keys": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["policy", "key", "n_points", "last_step", "last_value"],
-                    "properties": {
-                        "policy": {"type": "string"},
-                        "key": {"type": "string"},
-                        "n_points": {"type": "integer", "minimum": 0},
-                        "last_step": {"type": ["integer", "null"]},
-                        "last_value": {"oneOf": [_ref("Value"), {"type": "null"}]},
+        "Keys": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["run", "keys"],
+            "properties": {
+                "run": {"type": "integer"},
+                "keys": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["policy", "key", "n_points", "last_step", "last_value"],
+                        "properties": {
+                            "policy": {"type": "string"},
+                            "key": {"type": "string"},
+                            "n_points": {"type": "integer", "minimum": 0},
+                            "last_step": {"type": ["integer", "null"]},
+                            "last_value": {"oneOf": [_ref("Value"), {"type": "null"}]},
+                        },
                     },
                 },
             },
         },
-    },
-    "Events": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["run", "total", "limit", "offset", "events"],
-        "properties": {
-            "run": {"type": "integer"},
-            "total": {"type": "integer", "minimum": 0},
-            "limit": {"type": "integer"},
-            "offset": {"type": "integer"},
-            "events": {"type": "array", "items": _ref("EventRow")},
-        },
-    },
-    "EventRow": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": [
-            *("id", "step", "source", "target"),
-            *("kind", "prompt_id", "count", "weight", "has_samples"),
-        ],
-        "properties": {
-            "id": {"type": "integer"},
-            "step": {"type": "integer"},
-            "source": {"type": "string"},
-            "target": {"type": "string"},
-            "kind": {"type": "string", "enum": list(batch.EVENT_KINDS)},
-            "prompt_id": {"type": "string"},
-            "count": {"type": "integer"},
-            "weight": {"type": ["number", "null"]},
-            "has_samples": {
-                "type": "boolean",
-                "description": "Whether what crossed was recorded (the event's detail)",
+        "Events": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["run", "total", "limit", "offset", "events"],
+            "properties": {
+                "run": {"type": "integer"},
+                "total": {"type": "integer", "minimum": 0},
+                "limit": {"type": "integer"},
+                "offset": {"type": "integer"},
+                "events": {"type": "array", "items": _ref("EventRow")},
             },
         },
-    },
-    "EventDetail": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["run", "regime", "event", "samples", "limits"],
-        "properties": {
-            "run": {"type": "integer"},
-            "regime": {"type": "string"},
-            "event": _ref("EventRow"),
-            "samples": {
-                "description": "What crossed; null: not recorded (an older trainer)",
-                "oneOf": [{"type": "array", "items": _ref("Sample")}, {"type": "null"}],
-            },
-            "limits": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["samples", "text", "tokens"],
-                "properties": {
-                    "samples": {"const": batch.MAX_EVENT_SAMPLES},
-                    "text": {"const": batch.MAX_SAMPLE_TEXT},
-                    "tokens": {"const": batch.MAX_SAMPLE_TOKENS},
+        "EventRow": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": [
+                *("id", "step", "source", "target"),
+                *("kind", "prompt_id", "count", "weight", "has_samples"),
+            ],
+            "properties": {
+                "id": {"type": "integer"},
+                "step": {"type": "integer"},
+                "source": {"type": "string"},
+                "target": {"type": "string"},
+                "kind": _kind(kinds),
+                "prompt_id": {"type": "string"},
+                "count": {"type": "integer"},
+                "weight": {"type": ["number", "null"]},
+                "has_samples": {
+                    "type": "boolean",
+                    "description": "Whether what crossed was recorded (the event's detail)",
                 },
             },
         },
-    },
-    "EventsSummary": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": [
-            *("run", "policies", "matrix", "kinds"),
-            *("total", "bucket_size", "over_time"),
-        ],
-        "properties": {
-            "run": {"type": "integer"},
-            "policies": {"type": "array", "items": {"type": "string"}},
-            "matrix": {
-                "type": "array",
-                "description": "[source index][target index] -> summed count",
-                "items": {"type": "array", "items": {"type": "integer"}},
-            },
-            "kinds": {"type": "array", "items": {"type": "string"}},
-            "total": {"type": "integer", "minimum": 0},
-            "bucket_size": {"type": "integer", "minimum": 1},
-            "over_time": {
-                "type": "array",
-                "items": {
+        "EventDetail": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["run", "regime", "event", "samples", "no_text", "limits"],
+            "properties": {
+                "run": {"type": "integer"},
+                "regime": {"type": "string"},
+                "event": _ref("EventRow"),
+                "no_text": {
+                    "description": "What to say instead of samples for a kind that never "
+                    "carries text (its regime's declaration); null otherwise",
+                    "type": ["string", "null"],
+                },
+                "samples": {
+                    "description": "What crossed; null: not recorded (an older trainer)",
+                    "oneOf": [{"type": "array", "items": _ref("Sample")}, {"type": "null"}],
+                },
+                "limits": {
                     "type": "object",
                     "additionalProperties": False,
-                    "required": ["step", "kind", "count"],
+                    "required": ["samples", "text", "tokens"],
                     "properties": {
-                        "step": {"type": "integer"},
-                        "kind": {"type": "string"},
-                        "count": {"type": "integer"},
+                        "samples": {"const": wire.MAX_EVENT_SAMPLES},
+                        "text": {"const": wire.MAX_SAMPLE_TEXT},
+                        "tokens": {"const": wire.MAX_SAMPLE_TOKENS},
                     },
                 },
             },
         },
-    },
-    "RunStatus": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": [
-            *("run", "name", "state", "is_terminal", "status_message", "last_step"),
-            *("backend", "slurm_job_id", "node", "exit_code", "failure_reason", "has_token"),
-            *("created_at", "queued_at", "submitted_at", "started_at"),
-            *("finished_at", "updated_at"),
-            *("total_steps", "elapsed_s", "eta_s", "steps_per_s", "progress"),
-            *("progress_text", "timeline"),
-        ],
-        "properties": {
-            "run": {"type": "integer"},
-            "name": {"type": "string"},
-            "state": {"type": "string"},
-            "is_terminal": {"type": "boolean"},
-            "status_message": {"type": "string"},
-            "last_step": {"type": ["integer", "null"]},
-            "backend": {
-                "type": "string",
-                "description": "slurm, local, or empty before submission",
-            },
-            "has_token": {"type": "boolean", "description": "Whether an ingestion token is issued"},
-            "total_steps": {"type": ["integer", "null"], "description": "From the run's config"},
-            "elapsed_s": {
-                "type": ["number", "null"],
-                "description": "Seconds since the start; the duration once finished",
-            },
-            "eta_s": {
-                "type": ["number", "null"],
-                "description": "Seconds left at the last steps' rate; null when unknown",
-            },
-            "steps_per_s": {"type": ["number", "null"], "description": "The last steps' rate"},
-            "progress": {"type": "number", "minimum": 0, "maximum": 1},
-            "progress_text": {"type": "string", "description": "What the run page shows"},
-            "timeline": {
-                "type": "array",
-                "description": "The run's state changes, oldest first",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["at", "state", "note"],
-                    "properties": {
-                        "at": {"type": "string", "format": "date-time"},
-                        "state": {"type": "string"},
-                        "note": {"type": "string"},
+        "EventsSummary": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": [
+                *("run", "policies", "matrix", "kinds"),
+                *("total", "bucket_size", "over_time"),
+            ],
+            "properties": {
+                "run": {"type": "integer"},
+                "policies": {"type": "array", "items": {"type": "string"}},
+                "matrix": {
+                    "type": "array",
+                    "description": "[source index][target index] -> summed count",
+                    "items": {"type": "array", "items": {"type": "integer"}},
+                },
+                "kinds": {"type": "array", "items": {"type": "string"}},
+                "total": {"type": "integer", "minimum": 0},
+                "bucket_size": {"type": "integer", "minimum": 1},
+                "over_time": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["step", "kind", "count"],
+                        "properties": {
+                            "step": {"type": "integer"},
+                            "kind": {"type": "string"},
+                            "count": {"type": "integer"},
+                        },
                     },
                 },
             },
-            "slurm_job_id": {"type": "string"},
-            "node": {"type": "string"},
-            "exit_code": {"type": ["integer", "null"]},
-            "failure_reason": {"type": "string"},
-            **{
-                name: {"type": ["string", "null"], "format": "date-time"}
-                for name in (
-                    *("created_at", "queued_at", "submitted_at"),
-                    *("started_at", "finished_at", "updated_at"),
-                )
+        },
+        "RunStatus": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": [
+                *("run", "name", "state", "is_terminal", "status_message", "last_step"),
+                *("backend", "slurm_job_id", "node", "exit_code", "failure_reason", "has_token"),
+                *("created_at", "queued_at", "submitted_at", "started_at"),
+                *("finished_at", "updated_at"),
+                *("total_steps", "elapsed_s", "eta_s", "steps_per_s", "progress"),
+                *("progress_text", "timeline"),
+            ],
+            "properties": {
+                "run": {"type": "integer"},
+                "name": {"type": "string"},
+                "state": {"type": "string"},
+                "is_terminal": {"type": "boolean"},
+                "status_message": {"type": "string"},
+                "last_step": {"type": ["integer", "null"]},
+                "backend": {
+                    "type": "string",
+                    "description": "slurm, local, or empty before submission",
+                },
+                "has_token": {
+                    "type": "boolean",
+                    "description": "Whether an ingestion token is issued",
+                },
+                "total_steps": {
+                    "type": ["integer", "null"],
+                    "description": "From the run's config",
+                },
+                "elapsed_s": {
+                    "type": ["number", "null"],
+                    "description": "Seconds since the start; the duration once finished",
+                },
+                "eta_s": {
+                    "type": ["number", "null"],
+                    "description": "Seconds left at the last steps' rate; null when unknown",
+                },
+                "steps_per_s": {"type": ["number", "null"], "description": "The last steps' rate"},
+                "progress": {"type": "number", "minimum": 0, "maximum": 1},
+                "progress_text": {"type": "string", "description": "What the run page shows"},
+                "timeline": {
+                    "type": "array",
+                    "description": "The run's state changes, oldest first",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["at", "state", "note"],
+                        "properties": {
+                            "at": {"type": "string", "format": "date-time"},
+                            "state": {"type": "string"},
+                            "note": {"type": "string"},
+                        },
+                    },
+                },
+                "slurm_job_id": {"type": "string"},
+                "node": {"type": "string"},
+                "exit_code": {"type": ["integer", "null"]},
+                "failure_reason": {"type": "string"},
+                **{
+                    name: {"type": ["string", "null"], "format": "date-time"}
+                    for name in (
+                        *("created_at", "queued_at", "submitted_at"),
+                        *("started_at", "finished_at", "updated_at"),
+                    )
+                },
             },
         },
-    },
-    "WorkerStatus": {
-        "type": "object",
-        "description": "Whether a Celery worker reported in within offline_after_seconds "
-        "(MRL_WORKER_OFFLINE_AFTER_SECONDS); beat asks for a report every "
-        "MRL_WORKER_HEARTBEAT_SECONDS.",
-        "additionalProperties": False,
-        "required": [
-            *("online", "last_seen", "seconds_since"),
-            *("offline_after_seconds", "message"),
-        ],
-        "properties": {
-            "online": {"type": "boolean"},
-            "last_seen": {
-                "type": ["string", "null"],
-                "format": "date-time",
-                "description": "The latest heartbeat; null if no worker ever reported",
-            },
-            "seconds_since": {"type": ["number", "null"], "minimum": 0},
-            "offline_after_seconds": {"type": "number", "exclusiveMinimum": 0},
-            "message": {
-                "type": "string",
-                "description": '"" when online, else e.g. "No worker has been seen for '
-                '3 min" or "No worker has reported yet"',
+        "WorkerStatus": {
+            "type": "object",
+            "description": "Whether a Celery worker reported in within offline_after_seconds "
+            "(MRL_WORKER_OFFLINE_AFTER_SECONDS); beat asks for a report every "
+            "MRL_WORKER_HEARTBEAT_SECONDS.",
+            "additionalProperties": False,
+            "required": [
+                *("online", "last_seen", "seconds_since"),
+                *("offline_after_seconds", "message"),
+            ],
+            "properties": {
+                "online": {"type": "boolean"},
+                "last_seen": {
+                    "type": ["string", "null"],
+                    "format": "date-time",
+                    "description": "The latest heartbeat; null if no worker ever reported",
+                },
+                "seconds_since": {"type": ["number", "null"], "minimum": 0},
+                "offline_after_seconds": {"type": "number", "exclusiveMinimum": 0},
+                "message": {
+                    "type": "string",
+                    "description": '"" when online, else e.g. "No worker has been seen for '
+                    '3 min" or "No worker has reported yet"',
+                },
             },
         },
-    },
-    "Comparison": {
-        "type": "object",
-        "description": "The compare page's curves (webapp.compare.serialize.comparison_json).",
-    },
-    "ComparisonSummary": {
-        "type": "object",
-        "description": "A summary table (webapp.compare.serialize.summary_json).",
-    },
-}
+        "Comparison": {
+            "type": "object",
+            "description": "The compare page's curves (webapp.compare.serialize.comparison_json).",
+        },
+        "ComparisonSummary": {
+            "type": "object",
+            "description": "A summary table (webapp.compare.serialize.summary_json).",
+        },
+    }
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -489,13 +399,16 @@ def _read(summary: str, reply: str, parameters: list[dict[str, Any]]) -> dict[st
     }
 
 
-EVENT_FILTERS = [
-    _text_query("source", 64, "Only from this policy"),
-    _text_query("target", 64, "Only to this policy"),
-    _query("kind", {"type": "string", "enum": list(batch.EVENT_KINDS)}),
-    _query("step_min", _int(0, views.MAX_INT32, "From this step")),
-    _query("step_max", _int(0, views.MAX_INT32, "To this step (>= step_min)")),
-]
+def _event_filters(kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The query parameters of the transfer log and its summary."""
+    return [
+        _text_query("source", wire.MAX_POLICY_NAME, "Only from this policy"),
+        _text_query("target", wire.MAX_POLICY_NAME, "Only to this policy"),
+        _query("kind", _kind(kinds)),
+        _query("step_min", _int(0, views.MAX_INT32, "From this step")),
+        _query("step_max", _int(0, views.MAX_INT32, "To this step (>= step_min)")),
+    ]
+
 
 SPEC_QUERY = [
     _query(
@@ -513,171 +426,195 @@ SPEC_QUERY = [
     _query("buckets", {"type": "integer"}),
 ]
 
-PATHS: dict[str, Any] = {
-    "/api/v1/runs/{run_id}/ingest": {
-        "post": {
-            "summary": "Send metrics, transfer events and a status report (SPEC 8.1)",
-            "description": "Bulk and idempotent: a point is keyed by (run, policy, key, step), "
-            "an event by (run, step, source, target, kind, prompt_id); a repeat is a "
-            "duplicate and changes nothing. Everything is validated before anything is "
-            "written: a rejected batch writes nothing. The token is checked before the "
-            "body is read. The Content-Type is not checked: the body is read as UTF-8 JSON "
-            "(no bare NaN/Infinity literals).",
-            "security": [{"runToken": []}],
-            "parameters": [RUN_ID],
-            "requestBody": {
-                "required": False,
-                "content": {"application/json": {"schema": _ref("Batch")}},
-            },
-            "responses": {
-                "200": _reply("IngestReply", "Stored; the counts say what was new"),
-                "400": _error(
-                    "Malformed JSON, an unknown field, a wrong type, an over-long name "
-                    "(the message names the field)"
-                ),
-                "401": {
-                    **_error("No, a wrong or a revoked run token"),
-                    "headers": {
-                        "WWW-Authenticate": {
-                            "schema": {"type": "string", "const": 'Bearer realm="ingest"'}
-                        }
-                    },
-                },
-                "403": _error("A valid token of another run (whether or not run_id exists)"),
-                "405": _error("Another method than POST"),
-                "413": _error(
-                    f"More than {batch.MAX_POINTS} points or {batch.MAX_EVENTS} events, or a "
-                    f"body over {views.MAX_BODY_BYTES} bytes"
-                ),
-            },
-        }
-    },
-    "/api/v1/runs/{run_id}/series": _read(
-        "A run's curves, downsampled in SQL (every bucket keeps its min and max)",
-        "Series",
-        [
-            RUN_ID,
-            _text_query("key", 128, "Metric; repeatable; none: every metric"),
-            _text_query("policy", 64, "Policy; repeatable; none: every policy"),
-            _query(
-                "max_points",
-                _int(4, views.MAX_MAX_POINTS, "At most this many points per trace"),
-            ),
-            _query(
-                "after_step",
-                _int(-1, views.MAX_INT32, "Only points with a larger step"),
-            ),
-        ],
-    ),
-    "/api/v1/runs/{run_id}/keys": _read(
-        "Every (policy, key) of a run with its size, last step and value", "Keys", [RUN_ID]
-    ),
-    "/api/v1/runs/{run_id}/events": _read(
-        "The peer-transfer log, by step",
-        "Events",
-        [
-            RUN_ID,
-            *EVENT_FILTERS,
-            _query("limit", _int(1, views.MAX_EVENTS_LIMIT, "Page size")),
-            _query("offset", _int(0, None, "Events to skip")),
-        ],
-    ),
-    "/api/v1/runs/{run_id}/events/summary": _read(
-        "Transfer counts of the events that pass the log's filters: source x target "
-        "matrix, and per step bucket x kind",
-        "EventsSummary",
-        [
-            RUN_ID,
-            *EVENT_FILTERS,
-            _query("buckets", _int(1, views.MAX_SUMMARY_BUCKETS, "Step buckets")),
-        ],
-    ),
-    "/api/v1/runs/{run_id}/events/{event_id}": _read(
-        "One transfer event with what crossed (response texts, retokenized tokens)",
-        "EventDetail",
-        [
-            RUN_ID,
-            {
-                "name": "event_id",
-                "in": "path",
-                "required": True,
-                "schema": {"type": "integer", "minimum": 0},
-            },
-        ],
-    ),
-    "/api/v1/runs/{run_id}/status": _read(
-        "The run's state, facts and timestamps", "RunStatus", [RUN_ID]
-    ),
-    "/api/v1/compare": _read("Curves of a comparison (the compare page)", "Comparison", SPEC_QUERY),
-    "/api/v1/compare/summary": _read(
-        "A comparison's summary table of one metric",
-        "ComparisonSummary",
-        [
-            *SPEC_QUERY,
-            _query("table_metric", {"type": "string"}, "Default: the last metric"),
-            _query("lower_is_better", {"type": "string"}, "1: lower values are better"),
-        ],
-    ),
-    "/api/v1/worker": {
-        "get": {
-            "summary": "Whether a Celery worker is running (the pages' offline notice)",
-            "description": "Read from the workers' heartbeats; no worker means queued runs "
-            "wait. Any logged-in user may read it.",
-            "security": [{"session": []}],
-            "responses": {
-                "200": _reply("WorkerStatus"),
-                "401": READ_ERRORS["401"],
-                "405": READ_ERRORS["405"],
-            },
-        }
-    },
-    "/api/v1/schema": {
-        "get": {
-            "summary": "This description",
-            "security": [],
-            "responses": {
-                "200": {
-                    "description": "OpenAPI 3.1",
-                    "content": {"application/json": {"schema": {"type": "object"}}},
-                },
-                "405": _error("Another method than GET"),
-            },
-        }
-    },
-}
 
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "Mutual RL Lab API",
-        "version": "1",
-        "description": "Ingestion (per-run bearer token, SPEC 8.1) and the run page's reads "
-        '(session login, lab members only). Every error is JSON {"error": message}.',
-    },
-    "paths": PATHS,
-    "components": {
-        "schemas": SCHEMAS,
-        "securitySchemes": {
-            "runToken": {
-                "type": "http",
-                "scheme": "bearer",
-                "description": "The run's ingestion token (mrl_...): one per run, shown once, "
-                "stored hashed; revoked when a new one is issued. Writes that run only; "
-                "reads nothing.",
-            },
-            "session": {
-                "type": "apiKey",
-                "in": "cookie",
-                "name": "sessionid",
-                "description": "A logged-in session (the web app's login page)",
+def _paths(kinds: tuple[str, ...]) -> dict[str, Any]:
+    """Every route, with what it takes and answers."""
+    return {
+        "/api/v1/runs/{run_id}/ingest": {
+            "post": {
+                "summary": "Send metrics, transfer events and a status report (SPEC 8.1)",
+                "description": "Bulk and idempotent: a point is keyed by (run, policy, key, step), "
+                "an event by (run, step, source, target, kind, prompt_id); a repeat is a "
+                "duplicate and changes nothing. Everything is validated before anything is "
+                "written: a rejected batch writes nothing. The token is checked before the "
+                "body is read. The Content-Type is not checked: the body is read as UTF-8 JSON "
+                "(no bare NaN/Infinity literals).",
+                "security": [{"runToken": []}],
+                "parameters": [RUN_ID],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("Batch")}},
+                },
+                "responses": {
+                    "200": _reply("IngestReply", "Stored; the counts say what was new"),
+                    "400": _error(
+                        "Malformed JSON, an unknown field, a wrong type, an over-long name "
+                        "(the message names the field)"
+                    ),
+                    "401": {
+                        **_error("No, a wrong or a revoked run token"),
+                        "headers": {
+                            "WWW-Authenticate": {
+                                "schema": {"type": "string", "const": 'Bearer realm="ingest"'}
+                            }
+                        },
+                    },
+                    "403": _error("A valid token of another run (whether or not run_id exists)"),
+                    "405": _error("Another method than POST"),
+                    "413": _error(
+                        f"More than {wire.MAX_POINTS} points or {wire.MAX_EVENTS} events, or a "
+                        f"body over {views.MAX_BODY_BYTES} bytes"
+                    ),
+                },
+            }
+        },
+        "/api/v1/runs/{run_id}/series": _read(
+            "A run's curves, downsampled in SQL (every bucket keeps its min and max)",
+            "Series",
+            [
+                RUN_ID,
+                _text_query("key", wire.MAX_KEY, "Metric; repeatable; none: every metric"),
+                _text_query(
+                    "policy", wire.MAX_POLICY_NAME, "Policy; repeatable; none: every policy"
+                ),
+                _query(
+                    "max_points",
+                    _int(4, views.MAX_MAX_POINTS, "At most this many points per trace"),
+                ),
+                _query(
+                    "after_step",
+                    _int(-1, views.MAX_INT32, "Only points with a larger step"),
+                ),
+            ],
+        ),
+        "/api/v1/runs/{run_id}/keys": _read(
+            "Every (policy, key) of a run with its size, last step and value", "Keys", [RUN_ID]
+        ),
+        "/api/v1/runs/{run_id}/events": _read(
+            "The peer-transfer log, by step",
+            "Events",
+            [
+                RUN_ID,
+                *_event_filters(kinds),
+                _query("limit", _int(1, views.MAX_EVENTS_LIMIT, "Page size")),
+                _query("offset", _int(0, None, "Events to skip")),
+            ],
+        ),
+        "/api/v1/runs/{run_id}/events/summary": _read(
+            "Transfer counts of the events that pass the log's filters: source x target "
+            "matrix, and per step bucket x kind",
+            "EventsSummary",
+            [
+                RUN_ID,
+                *_event_filters(kinds),
+                _query("buckets", _int(1, views.MAX_SUMMARY_BUCKETS, "Step buckets")),
+            ],
+        ),
+        "/api/v1/runs/{run_id}/events/{event_id}": _read(
+            "One transfer event with what crossed (response texts, retokenized tokens)",
+            "EventDetail",
+            [
+                RUN_ID,
+                {
+                    "name": "event_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "integer", "minimum": 0},
+                },
+            ],
+        ),
+        "/api/v1/runs/{run_id}/status": _read(
+            "The run's state, facts and timestamps", "RunStatus", [RUN_ID]
+        ),
+        "/api/v1/compare": _read(
+            "Curves of a comparison (the compare page)", "Comparison", SPEC_QUERY
+        ),
+        "/api/v1/compare/summary": _read(
+            "A comparison's summary table of one metric",
+            "ComparisonSummary",
+            [
+                *SPEC_QUERY,
+                _query("table_metric", {"type": "string"}, "Default: the last metric"),
+                _query("lower_is_better", {"type": "string"}, "1: lower values are better"),
+            ],
+        ),
+        "/api/v1/worker": {
+            "get": {
+                "summary": "Whether a Celery worker is running (the pages' offline notice)",
+                "description": "Read from the workers' heartbeats; no worker means queued runs "
+                "wait. Any logged-in user may read it.",
+                "security": [{"session": []}],
+                "responses": {
+                    "200": _reply("WorkerStatus"),
+                    "401": READ_ERRORS["401"],
+                    "405": READ_ERRORS["405"],
+                },
+            }
+        },
+        "/api/v1/schema": {
+            "get": {
+                "summary": "This description",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "OpenAPI 3.1",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "405": _error("Another method than GET"),
+                },
+            }
+        },
+    }
+
+
+@lru_cache(maxsize=8)
+def _document(kinds: tuple[str, ...]) -> dict[str, Any]:
+    """The whole document for these event kinds."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Mutual RL Lab API",
+            "version": "1",
+            "description": "Ingestion (per-run bearer token, SPEC 8.1) and the run page's reads "
+            '(session login, lab members only). Every error is JSON {"error": message}.',
+        },
+        "paths": _paths(kinds),
+        "components": {
+            "schemas": {**wire.json_schemas(), **_reply_schemas(kinds)},
+            "securitySchemes": {
+                "runToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The run's ingestion token (mrl_...): one per run, shown once, "
+                    "stored hashed; revoked when a new one is issued. Writes that run only; "
+                    "reads nothing.",
+                },
+                "session": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": "sessionid",
+                    "description": "A logged-in session (the web app's login page)",
+                },
             },
         },
-    },
-}
+    }
+
+
+def openapi() -> dict[str, Any]:
+    """The OpenAPI 3.1 document for the event kinds registered now (cached and shared:
+    treat it as read-only)."""
+    return _document(wire.event_kind_names())
+
+
+def __getattr__(name: str) -> Any:
+    """``OPENAPI``: :func:`openapi`, read at each access (the kinds may have changed)."""
+    if name == "OPENAPI":
+        return openapi()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @cache_control(public=True, max_age=300)
 @allow_methods("GET")
 def schema(request: HttpRequest) -> HttpResponse:
     """The OpenAPI 3.1 description of this API, as JSON."""
-    return json_reply(OPENAPI)
+    return json_reply(openapi())

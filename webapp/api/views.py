@@ -19,15 +19,18 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
-from webapp.api import selectors
-from webapp.api.batch import (
-    EVENT_KINDS,
+from trainer.wire import (
     MAX_EVENT_SAMPLES,
+    MAX_INT32,
+    MAX_KEY,
+    MAX_POLICY_NAME,
     MAX_SAMPLE_TEXT,
     MAX_SAMPLE_TOKENS,
-    BatchError,
-    parse_batch,
+    event_kind_names,
+    event_kinds,
 )
+from webapp.api import selectors
+from webapp.api.batch import BatchError, parse_batch
 from webapp.api.http import (
     ParamError,
     allow_methods,
@@ -49,7 +52,6 @@ from webapp.experiments.permissions import get_viewable
 from webapp.experiments.selectors import progress_of_run
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
-MAX_INT32 = 2**31 - 1
 DEFAULT_MAX_POINTS, MAX_MAX_POINTS = 2000, 10_000
 DEFAULT_EVENTS_LIMIT, MAX_EVENTS_LIMIT = 100, 1000
 DEFAULT_SUMMARY_BUCKETS, MAX_SUMMARY_BUCKETS = 50, 1000
@@ -116,8 +118,8 @@ def series(request: HttpRequest, run_id: int) -> HttpResponse:
     "downsampled", "points": [[step, value], ...]}]}``; values may be "NaN"/"Infinity"/
     "-Infinity". ``n_points`` counts the points with step > after_step."""
     run = _viewable_run(request, run_id)
-    keys = text_params(request.GET, "key", 128)
-    policies = text_params(request.GET, "policy", 64)
+    keys = text_params(request.GET, "key", MAX_KEY)
+    policies = text_params(request.GET, "policy", MAX_POLICY_NAME)
     max_points = int_param(
         request.GET, "max_points", DEFAULT_MAX_POINTS, low=4, high=MAX_MAX_POINTS
     )
@@ -178,9 +180,9 @@ def _event_filters(request: HttpRequest) -> selectors.EventFilters:
     if step_min is not None and step_max is not None and step_min > step_max:
         raise ParamError(f"step_min: {step_min} is above step_max ({step_max})")
     return selectors.EventFilters(
-        source=(text_params(request.GET, "source", 64) or [""])[0],
-        target=(text_params(request.GET, "target", 64) or [""])[0],
-        kind=choice_param(request.GET, "kind", EVENT_KINDS),
+        source=(text_params(request.GET, "source", MAX_POLICY_NAME) or [""])[0],
+        target=(text_params(request.GET, "target", MAX_POLICY_NAME) or [""])[0],
+        kind=choice_param(request.GET, "kind", event_kind_names()),
         step_min=step_min,
         step_max=step_max,
     )
@@ -224,6 +226,12 @@ def events(request: HttpRequest, run_id: int) -> HttpResponse:
     )
 
 
+def _no_text_note(kind: str) -> str | None:
+    """The declared sentence for an event kind that never carries text, else None."""
+    declared = next((k for k in event_kinds() if k.name == kind), None)
+    return declared.no_text if declared is not None and declared.no_text else None
+
+
 MAX_ID = 2**63 - 1  # larger ids are no event's (PostgreSQL would refuse the number)
 
 
@@ -244,6 +252,7 @@ def event_detail(request: HttpRequest, run_id: int, event_id: int) -> HttpRespon
             "regime": run.regime,
             "event": _event_json(event),
             "samples": event.samples,
+            "no_text": _no_text_note(event.kind),
             "limits": {
                 "samples": MAX_EVENT_SAMPLES,
                 "text": MAX_SAMPLE_TEXT,

@@ -6,8 +6,9 @@ stringified: strings as they are, anything else as compact JSON (``0.001``, ``tr
 ``null``); a path the config does not have gives :data:`MISSING`. The pseudo-path
 ``experiment`` groups by experiment name.
 
-Order: the regimes in their canonical order (standalone, prp, xgrpo, sgt), then numbers
-by value, then every other label alphabetically, :data:`MISSING` last.
+Order: the registered regimes in their declared order (standalone, prp, xgrpo, sgt,
+then any plug-in: :func:`trainer.regimes.regime_names`), then numbers by value, then
+every other label alphabetically, :data:`MISSING` last.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-REGIME_ORDER = ("standalone", "prp", "xgrpo", "sgt")
+from trainer.regimes import regime_names
+
 MISSING = "(missing)"
 EXPERIMENT = "experiment"
 
@@ -66,9 +68,12 @@ def _number(label: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def order_key(label: str) -> tuple[int, float, str]:
-    if label in REGIME_ORDER:
-        return (0, float(REGIME_ORDER.index(label)), "")
+def order_key(label: str, regimes: tuple[str, ...] | None = None) -> tuple[int, float, str]:
+    """Where ``label`` sorts; ``regimes``: the regimes' names in order (default: the
+    registered ones)."""
+    regimes = regime_names() if regimes is None else regimes
+    if label in regimes:
+        return (0, float(regimes.index(label)), "")
     if label == MISSING:
         return (3, 0.0, "")
     number = _number(label)
@@ -79,4 +84,5 @@ def order_key(label: str) -> tuple[int, float, str]:
 
 def ordered(labels: Iterable[str]) -> list[str]:
     """Distinct ``labels`` in display order."""
-    return sorted(set(labels), key=order_key)
+    regimes = regime_names()
+    return sorted(set(labels), key=lambda label: order_key(label, regimes))

@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from trainer.models import TOKENIZER_FILES
-from trainer.mwra import ParameterCount, parameter_count
+from trainer.mwra_counting import ParameterCount, parameter_count
 from trainer.zoo import ALL_ZOO_IDS, ZOO_PREFIX
 from webapp.experiments.models import Lab, ModelEntry
 

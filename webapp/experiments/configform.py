@@ -1,15 +1,21 @@
 """Django form fields built from the trainer's config dataclasses, so the form follows them.
 
-Every scalar field of a dataclass in ``trainer.config`` becomes a form field named like
-the dataclass field, labelled with a name people read (:func:`field_label`: "Learning
-rate"; the page shows the JSON key ``lr`` beside it), with the field's
-``metadata["help"]`` as help text (:func:`readable_doc`: no Python reprs, no RST markup)
-and its default as the initial value. :func:`path_title` names a config path
-(``pool[1].lr``) as the page does ("Policy 2 · Learning rate") for error messages.
-Sub-dataclasses of :class:`trainer.config.RunConfig` (``grpo``, ``task``, ``prp``...)
-become sections; a section named like a regime (``REGIMES``) or an off-policy method
-(``OFF_POLICY``) is shown only when that regime / method is selected. A new config field
-or section therefore appears in the form without touching this module.
+Every scalar field of a dataclass in ``trainer.config`` (and of each registered regime's
+settings, :mod:`trainer.regimes`) becomes a form field named like the dataclass field,
+labelled with a name people read (its ``metadata["label"]``, else :func:`field_label`:
+"Learning rate"; the page shows the JSON key ``lr`` beside it), with the field's
+``metadata["help"]`` as help text (:func:`readable_doc`: no Python reprs, no RST markup),
+its default as the initial value and its declared range (``metadata["min"]`` /
+``["max"]``, :class:`trainer.config.Bounds`) as the number input's ``min`` / ``max``; the
+trainer checks the range (``RunConfig.validate``) and the composer puts its message next
+to the field. :func:`path_title` names a config path (``pool[1].lr``) as the page does
+("Policy 2 · Learning rate") for error messages. Sub-dataclasses of
+:class:`trainer.config.RunConfig` (``grpo``, ``task``, ``remix``) and the registered
+regimes' sections (``prp``, ``sgt``...) become sections; a regime's section or an
+off-policy method's (``OFF_POLICY``) is shown only when that regime / method is
+selected. Everything is read from the dataclasses and the regime registry when a form is
+built, so a new config field, section or regime (registered at any time) appears in the
+form without touching this module.
 
 Type mapping: ``bool`` -> checkbox, ``int`` / ``float`` -> number, ``str`` -> text (a
 select when the help text reads ``One of (...)``), ``list[int]`` / ``list[str]`` ->
@@ -19,17 +25,21 @@ comma-separated text, ``X | None`` -> optional (blank means null).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 
-from trainer.config import OFF_POLICY, REGIMES, RunConfig
+from trainer.config import OFF_POLICY, Bounds, PolicyConfig, RunConfig, bound_problem
+from trainer.regimes import regime_spec, regimes
+from trainer.regimes import section_names as regime_section_names
 
 _ONE_OF = re.compile(r"^One of (\(.*\))$")
 _ONE_OF_ANYWHERE = re.compile(r"One of (\([^()]*\))")
@@ -38,38 +48,6 @@ _POOL_PATH = re.compile(r"\bpool\[(\d+)\]")
 MAX_CONFIG_INT = 2**31 - 1
 """Every integer of the config is a count or a step: bounded like a 32-bit integer, so a
 20-digit number gets a message next to its field instead of reaching the trainer."""
-
-
-@dataclass(frozen=True)
-class Range:
-    """A bound the trainer config does not check itself (or checks later, less clearly)."""
-
-    low: float
-    high: float
-    high_open: bool = False
-    label: str = ""
-
-    def check(self, name: str, value: float | None) -> None:
-        if value is None:
-            return
-        above = value >= self.high if self.high_open else value > self.high
-        if value < self.low or above:
-            bracket = ")" if self.high_open else "]"
-            label = self.label or name
-            raise ValidationError(
-                f"{label} out of range: {name} must be in [{self.low:g}, {self.high:g}{bracket}; "
-                f"got {value:g}",
-                code="out_of_range",
-            )
-
-
-RANGES: dict[str, Range] = {
-    "sgt.lambda_sgt": Range(0.0, 1.0, label="lambda"),
-    "remix.replay_fraction": Range(0.0, 1.0, high_open=True),
-    "remix.kl_lambda_decay": Range(0.0, 1.0, label="lambda decay"),
-    "remix.kl_lambda_floor": Range(0.0, 1.0, label="lambda floor"),
-}
-"""Form-level range checks by config path; applied only where the field exists."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +61,9 @@ class ConfigField:
     default: Any
     help: str
     choices: tuple[str, ...] | None
+    label: str
+    bounds: Bounds | None = None
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def required(self) -> bool:
@@ -116,24 +97,48 @@ def config_fields(cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> l
                 default=default,
                 help=readable_doc(raw_help),
                 choices=_choices(raw_help) if kind == "str" else None,
+                label=str(spec.metadata.get("label") or field_label(spec.name)),
+                bounds=Bounds.of(spec.metadata) if kind in {"int", "float"} else None,
+                metadata=spec.metadata,
             )
         )
     return result
 
 
-def section_names(cls: type = RunConfig) -> list[str]:
-    """The fields of ``cls`` that are themselves config dataclasses (its sections)."""
-    hints = typing.get_type_hints(cls)
-    return [spec.name for spec in fields(cls) if is_dataclass(hints[spec.name])]
+def section_names() -> list[str]:
+    """RunConfig's sections in declaration order: its fields that are config dataclasses,
+    and, where its ``sections`` field is, every registered regime's (display order)."""
+    hints = typing.get_type_hints(RunConfig)
+    names: list[str] = []
+    for spec in fields(RunConfig):
+        if spec.metadata.get("regime_sections"):
+            names.extend(regime_section_names())
+        elif is_dataclass(hints[spec.name]):
+            names.append(spec.name)
+    return names
 
 
-def section_class(name: str, cls: type = RunConfig) -> type:
-    return typing.get_type_hints(cls)[name]
+def section_class(name: str) -> type:
+    """The dataclass of section ``name``: RunConfig's field type, or the regime's config."""
+    if name in regime_section_names():
+        config = regime_spec(name).config
+        assert config is not None
+        return config
+    hint = typing.get_type_hints(RunConfig).get(name)
+    if not (isinstance(hint, type) and is_dataclass(hint)):
+        raise KeyError(f"no config section {name!r}; the sections are {section_names()}")
+    return hint
+
+
+def regime_choices() -> list[tuple[str, str]]:
+    """The registered regimes as ``(name, label)`` choices, in display order (read when a
+    form is built, so a regime registered after start-up is offered too)."""
+    return [(spec.name, spec.label) for spec in regimes()]
 
 
 def section_switch(name: str) -> str | None:
     """Which top-level choice shows section ``name``: "regime", "off_policy" or None."""
-    if name in REGIMES:
+    if name in regime_section_names():
         return "regime"
     if name in OFF_POLICY:
         return "off_policy"
@@ -144,19 +149,21 @@ def build_field(spec: ConfigField, **overrides: Any) -> forms.Field:
     """The Django form field of ``spec`` (its initial value is the dataclass default)."""
     initial = None if spec.default is MISSING else to_display(spec, spec.default)
     common: dict[str, Any] = {
-        "label": field_label(spec.name),
+        "label": spec.label,
         "help_text": spec.help,
         "required": spec.required or not (spec.optional or spec.kind == "bool"),
         "initial": initial,
     }
-    validators = []
-    if spec.path in RANGES:
-        bound = RANGES[spec.path]
-        validators.append(lambda value, bound=bound, name=spec.name: bound.check(name, value))
-    common["validators"] = validators
     common.update(overrides)
     field = _build_field(spec, common)
     field.config_key = spec.name  # type: ignore[attr-defined]
+    if spec.bounds is not None:
+        # The trainer checks the range (its message lands next to the field); the input
+        # shows it. The page is novalidate, so the browser never blocks a submit on it.
+        if spec.bounds.min is not None:
+            field.widget.attrs["min"] = spec.bounds.min
+        if spec.bounds.max is not None:
+            field.widget.attrs["max"] = spec.bounds.max
     return field
 
 
@@ -165,12 +172,11 @@ def _build_field(spec: ConfigField, common: dict[str, Any]) -> forms.Field:
         common["required"] = False
         return forms.BooleanField(**common)
     if spec.kind == "int":
-        return forms.IntegerField(
-            widget=forms.NumberInput(attrs={"step": "1"}),
-            min_value=-MAX_CONFIG_INT - 1,
-            max_value=MAX_CONFIG_INT,
-            **common,
+        common["validators"] = [*common.get("validators", []), _int_limits(spec)]
+        widget = forms.NumberInput(
+            attrs={"step": "1", "min": -MAX_CONFIG_INT - 1, "max": MAX_CONFIG_INT}
         )
+        return forms.IntegerField(widget=widget, **common)
     if spec.kind == "float":
         return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any"}), **common)
     if spec.kind in {"int_list", "str_list"}:
@@ -202,6 +208,23 @@ def to_config(spec: ConfigField, value: Any) -> Any:
     if spec.kind == "bool":
         return bool(value)
     return value
+
+
+def _int_limits(spec: ConfigField) -> Callable[[int | None], None]:
+    """A config integer's 32-bit bound (:data:`MAX_CONFIG_INT`); a value beyond it that is
+    also outside the field's declared range gets the trainer's message for that range
+    (the trainer never sees such a value, so would never say it)."""
+
+    def check(value: int | None) -> None:
+        if value is None or -MAX_CONFIG_INT - 1 <= value <= MAX_CONFIG_INT:
+            return
+        problem = bound_problem(spec.name, spec.metadata, value)
+        if problem:
+            raise ValidationError(problem, code="out_of_range")
+        MinValueValidator(-MAX_CONFIG_INT - 1)(value)
+        MaxValueValidator(MAX_CONFIG_INT)(value)
+
+    return check
 
 
 class CommaListField(forms.CharField):
@@ -285,18 +308,28 @@ def section_form_class(name: str) -> type[ConfigForm]:
 
 
 SECTION_TITLES = {"remix": "ReMix", "task": "Task"}
-"""Section headings that are not the section's name in capitals (an acronym: PRP, SGT)."""
+"""Section headings that are not the section's name in capitals (an acronym: GRPO)."""
 
 
 def section_heading(name: str) -> str:
-    """A section's heading: "GRPO", "SGT", "ReMix", "Task"."""
+    """A section's heading: a regime's label ("Success-Gated Transfer"), else "GRPO",
+    "ReMix", "Task"."""
+    if name in regime_section_names():
+        return regime_spec(name).label
     return SECTION_TITLES.get(name) or (name.upper() if len(name) <= 5 else name.title())
 
 
 def section_title(name: str) -> tuple[str, str]:
-    """A section's heading and its dataclass docstring's first line, as people read it."""
-    doc = (section_class(name).__doc__ or "").strip().splitlines()
-    return section_heading(name), readable_doc(doc[0]) if doc else ""
+    """A section's heading and its description as people read it: its dataclass
+    docstring's first line, or for a regime whose dataclass has none, its summary."""
+    cls = section_class(name)
+    doc = (cls.__doc__ or "").strip()
+    if doc.startswith(f"{cls.__name__}("):  # the signature dataclasses write for no docstring
+        doc = ""
+    if not doc and name in regime_section_names():
+        doc = regime_spec(name).summary
+    lines = doc.splitlines()
+    return section_heading(name), readable_doc(lines[0]) if lines else ""
 
 
 LABELS: dict[str, str] = {
@@ -314,16 +347,12 @@ LABELS: dict[str, str] = {
     "loss_agg": "Loss aggregation",
     "max_grad_norm": "Max gradient norm",
     "mini_batches": "Mini-batches",
-    # task, regimes, ReMix
+    # task, ReMix (a regime's fields carry their own metadata["label"])
     "kind": "Task kind",
     "val_size": "Validation prompts",
     "train_path": "Train file",
     "val_path": "Validation file",
-    "k_peer": "Peer rollouts (k)",
-    "is_correction": "Importance-weight correction",
     "c_bar": "Truncation (c_bar)",
-    "lambda_sgt": "NLL weight (lambda)",
-    "k_sgt": "Peer successes (k)",
     "replay_versions": "Replay versions (N)",
     "replay_fraction": "Replay fraction (p)",
     "updates_per_batch": "Updates per batch (m)",
@@ -344,12 +373,21 @@ LABELS: dict[str, str] = {
     "qos": "QOS",
 }
 """Labels a name's plain spelling would get wrong ("Lr", "Kl coef"); the rest are
-``"group_size"`` -> ``"Group size"``."""
+``"group_size"`` -> ``"Group size"``. A config field's ``metadata["label"]`` wins
+(:func:`config_label`)."""
 
 
 def field_label(name: str) -> str:
     """The label people read for config / form field ``name``: "Learning rate"."""
     return LABELS.get(name) or name.replace("_", " ").strip().capitalize()
+
+
+def config_label(cls: type, name: str) -> str:
+    """The label of field ``name`` of config dataclass ``cls``: its ``metadata["label"]``,
+    else :func:`field_label`."""
+    spec = getattr(cls, "__dataclass_fields__", {}).get(name)
+    label = spec.metadata.get("label") if spec is not None else None
+    return str(label) if label else field_label(name)
 
 
 def path_title(path: str) -> str:
@@ -358,14 +396,14 @@ def path_title(path: str) -> str:
     match = re.match(r"^pool\[(\d+)\](?:\.(\w+))?", path)
     if match:
         policy = f"Policy {int(match[1]) + 1}"
-        return f"{policy} · {field_label(match[2])}" if match[2] else policy
+        return f"{policy} · {config_label(PolicyConfig, match[2])}" if match[2] else policy
     if path == "pool":
         return "Policy pool"
     head, _, rest = path.partition(".")
     if rest and head in section_names():
         name = re.sub(r"\[\d+\]$", "", rest)  # task.levels[2] -> levels
-        return f"{section_heading(head)} · {field_label(name)}"
-    return field_label(path) if path else ""
+        return f"{section_heading(head)} · {config_label(section_class(head), name)}"
+    return config_label(RunConfig, path) if path else ""
 
 
 def readable_message(message: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django import forms
 from django.http import QueryDict
 
-from trainer.config import REGIMES
+from webapp.experiments.configform import regime_choices
 from webapp.experiments.models import Run
 from webapp.experiments.selectors import (
     DEFAULT_SORT,
@@ -43,7 +43,7 @@ class ListFilterForm(forms.Form):
 
     q = forms.CharField(required=False, max_length=64, label="Name contains")
     owner = forms.CharField(required=False, max_length=150)
-    regime = forms.ChoiceField(required=False, choices=[("", "any"), *((r, r) for r in REGIMES)])
+    regime = forms.ChoiceField(required=False, choices=())  # set when built: the registry's
     state = forms.ChoiceField(required=False, choices=[("", "any"), *Run.State.choices])
     tag = forms.CharField(required=False, max_length=48)
     sort = forms.ChoiceField(required=False, label="Sort by", initial=DEFAULT_SORT)
@@ -57,6 +57,7 @@ class ListFilterForm(forms.Form):
             data["sort"] = DEFAULT_SORT  # what the list falls back to, shown as such
         super().__init__(data)
         self.fields["sort"].choices = choices  # type: ignore[attr-defined]
+        self.fields["regime"].choices = [("", "any"), *regime_choices()]  # type: ignore[attr-defined]
 
     def filters(self) -> ListFilters:
         """The valid part of the request (an unbound form: no filters)."""

@@ -1,7 +1,8 @@
 """Which metrics the run page charts, grouped as a researcher reads them, and their names.
 
-Derived from the trainer's metric catalogue (:data:`trainer.metrics.CATALOGUE`): one
-place says what a metric is called, its unit and its chart group. Each chart shows one
+Derived from the trainer's metric catalogue (:func:`trainer.metrics.catalogue`: the core
+keys and every registered regime's): one place says what a metric is called, its unit
+and its chart group. Each chart shows one
 metric key with one trace per policy. Keys a run never reported are skipped; keys not
 listed here appear under "Other".
 """
@@ -20,24 +21,19 @@ class MetricGroup:
     keys: tuple[str, ...]
 
 
-def _groups() -> tuple[MetricGroup, ...]:
+def metric_groups() -> tuple[MetricGroup, ...]:
+    """The run page's chart groups, in order, each with its catalogued keys."""
+    entries = m.catalogue().entries
     groups = [
-        MetricGroup(
-            group.slug,
-            group.title,
-            tuple(info.key for info in m.CATALOGUE if info.group == group),
-        )
+        MetricGroup(group.slug, group.title, tuple(i.key for i in entries if i.group == group))
         for group in m.GROUPS
     ]
     return tuple(group for group in groups if group.keys)
 
 
-METRIC_GROUPS: tuple[MetricGroup, ...] = _groups()
-
-
 def groups_as_json() -> list[dict[str, object]]:
     """The groups for the run page's JavaScript: ``[{"slug", "title", "keys"}]``."""
-    return [{"slug": g.slug, "title": g.title, "keys": list(g.keys)} for g in METRIC_GROUPS]
+    return [{"slug": g.slug, "title": g.title, "keys": list(g.keys)} for g in metric_groups()]
 
 
 def metric_json(key: str) -> dict[str, str]:
@@ -50,7 +46,7 @@ def metrics_as_json() -> dict[str, dict[str, str]]:
     """Each catalogued metric's display facts for the page's JavaScript:
     ``{key: {"label": ..., "unit": ..., "group": slug}}``. A key missing here is shown
     by its name, under "Other"."""
-    return {info.key: metric_json(info.key) for info in m.CATALOGUE}
+    return {info.key: metric_json(info.key) for info in m.catalogue().entries}
 
 
 def families_as_json() -> list[dict[str, str]]:
@@ -65,5 +61,5 @@ def families_as_json() -> list[dict[str, str]]:
             "unit": unit,
             "group": group.slug,
         }
-        for pattern, label, unit, group in m.FAMILIES
+        for pattern, label, unit, group in m.catalogue().families
     ]

@@ -21,6 +21,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.urls import reverse
 
+from trainer.wire import event_kind_choices, event_kind_names
+
 NAME_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
     "Use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit.",
@@ -319,8 +321,8 @@ class MetricPoint(models.Model):
 
 class SeriesPack(models.Model):
     """A copy of one series' points as two byte strings: big-endian int4 steps and float8
-    values (NaN for a NULL), aligned, not necessarily in step order. Built by the status
-    sync's sweep for the series of finished runs; ingestion deletes a run's packs in the
+    values (NaN for a NULL), aligned, not necessarily in step order. Built by beat's
+    ``series_pack`` task for the series of finished runs; ingestion deletes a run's packs in the
     transaction that writes new points to it (:mod:`webapp.experiments.series_packs`).
     On PostgreSQL both columns are stored out of line and uncompressed (migration 0003).
     """
@@ -335,19 +337,29 @@ class SeriesPack(models.Model):
         return f"pack of {self.series_id} ({len(self.steps) // 4} points)"
 
 
-class TransferEvent(models.Model):
-    """Experience crossing from one policy to another (SPEC 4.5)."""
+class _EventKinds:
+    """``TransferEvent.Kind.SUCCESS == "success"``: each registered event kind's name by
+    its upper-case attribute, read from the registry at each access (no fixed list)."""
 
-    class Kind(models.TextChoices):
-        ROLLOUT = "rollout"
-        ADVANTAGE_STATS = "advantage_stats"
-        SUCCESS = "success"
+    def __getattr__(self, attribute: str) -> str:
+        name = attribute.lower()
+        if attribute.isupper() and name in event_kind_names():
+            return name
+        raise AttributeError(f"no registered event kind {name!r}")
+
+
+class TransferEvent(models.Model):
+    """Experience crossing from one policy to another (SPEC 4.5). ``kind`` is an event kind
+    of a registered sharing regime (the wire contract's, :mod:`trainer.wire`); its choices
+    are read at each use, so a regime registered later counts too."""
+
+    Kind = _EventKinds()
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transfer_events")
     step = models.IntegerField()
     source = models.CharField(max_length=64)
     target = models.CharField(max_length=64)
-    kind = models.CharField(max_length=32, choices=Kind.choices)
+    kind = models.CharField(max_length=32, choices=event_kind_choices)
     prompt_id = models.CharField(max_length=128, blank=True)
     count = models.IntegerField(default=1)
     weight = models.FloatField(null=True, blank=True)

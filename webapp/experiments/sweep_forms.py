@@ -9,8 +9,16 @@ from typing import Any
 
 from django import forms
 
-from trainer.config import REGIMES, RunConfig
-from webapp.experiments.configform import MAX_CONFIG_INT, path_title
+from trainer.config import RunConfig
+from trainer.regimes import regime_names
+from webapp.experiments.configform import (
+    MAX_CONFIG_INT,
+    path_title,
+    regime_choices,
+    section_class,
+    section_names,
+    section_switch,
+)
 from webapp.experiments.models import NAME_VALIDATOR
 
 SKIPPED_TOP_LEVEL = {"seed", "name", "regime", "off_policy", "pool"}
@@ -18,19 +26,28 @@ MAX_SEED = MAX_CONFIG_INT  # a run's seed is a 32-bit integer column
 
 
 def sweepable_paths() -> list[tuple[str, type]]:
-    """Dotted config paths of scalar numbers a sweep can vary, with their types."""
+    """Dotted config paths of scalar numbers a sweep can vary, with their types, in the
+    config's order: ``steps``..., each section's (``grpo.kl_coef``...) and, where RunConfig
+    keeps them, the registered regimes' (``sgt.lambda_sgt``...: read now)."""
     paths: list[tuple[str, type]] = []
+    hints = typing.get_type_hints(RunConfig)
     for field in dataclasses.fields(RunConfig):
         if field.name in SKIPPED_TOP_LEVEL:
             continue
-        hint = typing.get_type_hints(RunConfig)[field.name]
-        if dataclasses.is_dataclass(hint):
-            for sub in dataclasses.fields(hint):
-                sub_hint = typing.get_type_hints(hint)[sub.name]
-                if sub_hint in (int, float):
-                    paths.append((f"{field.name}.{sub.name}", sub_hint))
-        elif hint in (int, float):
-            paths.append((field.name, hint))
+        if field.metadata.get("regime_sections"):
+            sections = [name for name in section_names() if section_switch(name) == "regime"]
+        elif dataclasses.is_dataclass(hints[field.name]):
+            sections = [field.name]
+        else:
+            if hints[field.name] in (int, float):
+                paths.append((field.name, hints[field.name]))
+            continue
+        for section in sections:
+            cls = section_class(section)
+            section_hints = typing.get_type_hints(cls)
+            for sub in dataclasses.fields(cls):
+                if section_hints[sub.name] in (int, float):
+                    paths.append((f"{section}.{sub.name}", section_hints[sub.name]))
     return paths
 
 
@@ -56,9 +73,8 @@ class SweepForm(forms.Form):
     name = forms.CharField(max_length=48, validators=[NAME_VALIDATOR])
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     regimes = forms.MultipleChoiceField(
-        choices=[(r, r) for r in REGIMES],
+        choices=(),  # the registered regimes, read when the form is built
         widget=forms.CheckboxSelectMultiple,
-        initial=list(REGIMES),
         help_text="One experiment per regime (x parameter value)",
     )
     seeds = forms.CharField(initial="0, 1, 2", help_text="Comma-separated; one run per seed")
@@ -71,6 +87,8 @@ class SweepForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.fields["regimes"].choices = regime_choices()  # type: ignore[attr-defined]
+        self.fields["regimes"].initial = list(regime_names())
         self.paths = dict(sweepable_paths())
         # "GRPO · KL coefficient (beta) - grpo.kl_coef" (an em dash): the name on the
         # compose form, and the config path the sweep's experiments are named after.

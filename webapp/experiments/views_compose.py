@@ -1,9 +1,12 @@
 """Composing experiments (create, edit, clone as a draft) and the model registry pages.
 
-Thin views: the forms validate (webapp/experiments/forms.py), the services write.
+Thin views: the composer (webapp/experiments/compose.py, over the forms in forms/)
+validates, the services write.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -11,13 +14,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
+from scheduler.jobs import placement_json, sbatch_args
 from webapp.experiments import compose_services, permissions, services
-from webapp.experiments.forms import (
-    ConfigImportForm,
-    ExperimentComposer,
-    ModelEntryForm,
-    config_problems,
-)
+from webapp.experiments.compose import ExperimentComposer
+from webapp.experiments.forms import ConfigImportForm, ModelEntryForm, config_problems
 from webapp.experiments.models import Experiment, Lab, ModelEntry
 
 SAVE, PREVIEW, IMPORT = "save", "preview", "import"
@@ -39,7 +39,7 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
             owner=request.user,
             lab=clone_of.lab if clone_of else lab,
             cloned_from=clone_of,
-            **composer.save_kwargs(),
+            **_save_kwargs(composer),
         )
         messages.success(request, f"Saved experiment {experiment.name}.")
         return redirect(experiment.get_absolute_url())
@@ -55,10 +55,20 @@ def experiment_edit(request: HttpRequest, pk: int) -> HttpResponse:
     data = request.POST if request.method == "POST" else None
     composer = ExperimentComposer(data, lab=experiment.lab, experiment=experiment)
     if data is not None and composer.is_valid() and request.POST.get("action") == SAVE:
-        services.experiment_update(experiment, **composer.save_kwargs())
+        services.experiment_update(experiment, **_save_kwargs(composer))
         messages.success(request, f"Saved experiment {experiment.name}.")
         return redirect(experiment.get_absolute_url())
     return _render_form(request, composer, experiment=experiment, clone_of=None)
+
+
+def _save_kwargs(composer: ExperimentComposer) -> dict[str, Any]:
+    """The composer's save arguments (after :meth:`ExperimentComposer.is_valid`), its
+    MWRA plan stored with its sbatch arguments (the scheduler's; the experiment page
+    shows them)."""
+    kwargs = composer.save_kwargs()
+    assert composer.plan is not None
+    kwargs["resources"]["placement"] = placement_json(composer.plan)
+    return kwargs
 
 
 def _clone_source(request: HttpRequest) -> Experiment | None:
@@ -100,6 +110,7 @@ def _render_form(
             "experiment": experiment,
             "clone_of": clone_of,
             "previewing": composer.config is not None,
+            "sbatch_args": sbatch_args(composer.plan.slurm) if composer.plan else [],
             "importer": importer or ConfigImportForm(),
         },
     )

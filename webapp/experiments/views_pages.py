@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -17,10 +18,14 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from scheduler import service as scheduler_service
+from scheduler import launch
 from scheduler.backends import log_tail
+from scheduler.dispatch import enqueue_cancel
 from scheduler.jobs import JobSpecError
+from scheduler.run_job import job_spec
 from trainer.metrics import POOL
+from trainer.regimes import REGIMES, regime_spec
+from trainer.wire import event_kinds
 from webapp.core.selectors import worker_status
 from webapp.experiments import services
 from webapp.experiments.filters import experiment_filter_form, run_filter_form
@@ -91,7 +96,7 @@ def experiment_clone(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def experiment_launch(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = get_editable(request.user, Experiment.objects.all(), pk)
-    runs = scheduler_service.experiment_launch(experiment)
+    runs = launch.experiment_launch(experiment)
     message = f"Queued {len(runs)} run(s) of {experiment.name}."
     notice = worker_status().notice("the runs will start when a worker is back")
     messages.success(request, f"{message} {notice}." if notice else message)
@@ -154,10 +159,21 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "page_config": page_config,
         "can_edit": can_edit(request.user, run),
         "new_token": request.session.pop(f"run-token-{run.pk}", None),
-        "event_kinds": ["rollout", "advantage_stats", "success"],
+        **_transfer_panel(run.config),
         "worker": worker_status(),
     }
     return render(request, "experiments/run_detail.html", context)
+
+
+def _transfer_panel(config: dict[str, Any]) -> dict[str, Any]:
+    """The transfer panel's context from the run's regime declaration: what it says when
+    nothing crosses (``transfers_note``), else the event kinds its filter offers."""
+    regime = config.get("regime")
+    if regime not in REGIMES:  # a plug-in this server does not have: offer every kind
+        return {"transfers_note": None, "event_kinds": event_kinds()}
+    spec = regime_spec(regime)
+    note = spec.no_transfers_note(spec.settings_from(config.get(regime)))
+    return {"transfers_note": note, "event_kinds": list(spec.event_kinds)}
 
 
 @login_required
@@ -171,7 +187,7 @@ def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
         services.run_transition(run, Run.State.CANCELLED, failure_reason="cancelled by the user")
         messages.success(request, "Run cancelled.")
     else:
-        scheduler_service.enqueue_cancel(run)
+        enqueue_cancel(run)
         messages.success(request, "Cancelling: the job is being stopped.")
     return redirect(run)
 
@@ -184,7 +200,7 @@ def run_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
     if not run.is_terminal:
         messages.error(request, f"Only a finished run can be resubmitted; this one is {run.state}.")
     else:
-        scheduler_service.resubmit(run)
+        launch.resubmit(run)
         messages.success(request, "Resubmitted: it resumes from its last checkpoint.")
     return redirect(run)
 
@@ -197,7 +213,7 @@ def run_log(request: HttpRequest, pk: int) -> JsonResponse:
     text = ""
     if run.run_dir or run.slurm_job_id:
         try:
-            text = log_tail(scheduler_service.job_spec(run).log_path)
+            text = log_tail(job_spec(run).log_path)
         except JobSpecError:
             text = ""
     return JsonResponse({"run": run.pk, "log": text})

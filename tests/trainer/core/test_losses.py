@@ -1,4 +1,5 @@
-"""GRPO losses against hand-computed numbers (SPEC section 3), plus invariances."""
+"""The loss terms and the GRPO objective against hand-computed numbers (SPEC 3, 4.3),
+plus invariances. ReMix's terms and objective: tests/trainer/test_remix.py."""
 
 from __future__ import annotations
 
@@ -8,12 +9,19 @@ import pytest
 import torch
 from torch import Tensor
 
+from trainer import metrics as m
 from trainer.core import (
+    AUX_LOSSES,
+    OBJECTIVES,
+    ObjectiveInputs,
+    ObjectiveOutput,
+    ObjectiveSettings,
     aggregate,
     clipped_surrogate,
     entropy_from_logits,
+    grpo_loss,
     kl_k3,
-    policy_loss,
+    kl_to_reference,
     sft_nll_sum,
     token_log_probs,
 )
@@ -140,19 +148,19 @@ SURROGATE_GRAD = torch.tensor([[0.0, -0.2, -0.4], [0.3, 0.0, 0.0]], dtype=torch.
 
 
 def test_surrogate_clips_both_sides_for_both_signs_of_the_advantage() -> None:
-    loss, clip_frac = clipped_surrogate(LOGP, OLD_LOGP, ADVANTAGES, MASK, 0.2, "token-mean")
-    assert loss.item() == pytest.approx(-0.62)
-    assert clip_frac.item() == pytest.approx(0.4)
-    loss, clip_frac = clipped_surrogate(
-        LOGP, OLD_LOGP, ADVANTAGES, MASK, 0.2, "seq-mean-token-mean"
-    )
-    assert loss.item() == pytest.approx(-0.325)
-    assert clip_frac.item() == pytest.approx(0.4)  # clip_frac is always token-mean
+    out = clipped_surrogate(LOGP, OLD_LOGP, ADVANTAGES, MASK, 0.2, "token-mean")
+    assert out.loss.item() == pytest.approx(-0.62)
+    assert out.clip_frac.item() == pytest.approx(0.4)
+    out = clipped_surrogate(LOGP, OLD_LOGP, ADVANTAGES, MASK, 0.2, "seq-mean-token-mean")
+    assert out.loss.item() == pytest.approx(-0.325)
+    assert out.clip_frac.item() == pytest.approx(0.4)  # clip_frac is always token-mean
+    # the ratio it reports: rho on response tokens, exp(0) = 1 on the masked one
+    torch.testing.assert_close(out.ratio, torch.where(MASK.bool(), RHO, 1.0))
 
 
 def test_surrogate_gradient_is_zero_on_clipped_tokens() -> None:
     logp = LOGP.clone().requires_grad_()
-    loss, _ = clipped_surrogate(logp, OLD_LOGP, ADVANTAGES, MASK, 0.2, "token-mean")
+    loss = clipped_surrogate(logp, OLD_LOGP, ADVANTAGES, MASK, 0.2, "token-mean").loss
     loss.backward()
     assert logp.grad is not None
     torch.testing.assert_close(logp.grad, SURROGATE_GRAD)
@@ -163,21 +171,52 @@ def test_per_token_advantages_equal_broadcast_per_sequence_ones() -> None:
     per_token = ADVANTAGES.unsqueeze(-1).expand(2, 3).clone()
     per_token[1, 2] = math.nan  # masked
     assert torch.equal(
-        clipped_surrogate(LOGP, OLD_LOGP, per_token, MASK)[0],
-        clipped_surrogate(LOGP, OLD_LOGP, ADVANTAGES, MASK)[0],
+        clipped_surrogate(LOGP, OLD_LOGP, per_token, MASK).loss,
+        clipped_surrogate(LOGP, OLD_LOGP, ADVANTAGES, MASK).loss,
     )
 
 
 def test_on_policy_surrogate_is_minus_the_mean_advantage() -> None:
     # rho = 1 everywhere: loss = -(2 + 2 + 2 - 1 - 1) / 5 = -0.8, nothing clipped
-    loss, clip_frac = clipped_surrogate(OLD_LOGP, OLD_LOGP, ADVANTAGES, MASK)
-    assert loss.item() == pytest.approx(-0.8)
-    assert clip_frac.item() == 0.0
+    out = clipped_surrogate(OLD_LOGP, OLD_LOGP, ADVANTAGES, MASK)
+    assert out.loss.item() == pytest.approx(-0.8)
+    assert out.clip_frac.item() == 0.0
+
+
+def test_a_clip_centre_of_one_and_unit_advantage_weights_are_plain_ppo_to_the_last_bit() -> None:
+    plain = clipped_surrogate(LOGP, OLD_LOGP, ADVANTAGES, MASK, 0.2, "token-mean")
+    ones = torch.ones_like(LOGP)
+    centred = clipped_surrogate(
+        LOGP, OLD_LOGP, ADVANTAGES, MASK, 0.2, "token-mean",
+        clip_center=ones, advantage_weights=ones,
+    )  # fmt: skip
+    assert torch.equal(centred.loss, plain.loss)
+    assert torch.equal(centred.clip_frac, plain.clip_frac)
+
+
+def test_the_clip_range_follows_its_centre_and_advantage_weights_scale_a() -> None:
+    # One token, rho = 1.5, A = 2. Centre 1.4 (range [1.2, 1.6]) and advantage weight
+    # 0.5: A_t = 1, -min(1.5 * 1, 1.5 * 1) = -1.5, unclipped (rho inside the range).
+    # Centre 1.0 (range [0.8, 1.2]): -min(1.5, 1.2) = -1.2, clipped.
+    old = torch.tensor([[-1.0]], dtype=torch.float64)
+    logp = old + LN(1.5)
+    advantages, mask = torch.tensor([2.0], dtype=torch.float64), torch.ones(1, 1)
+    half = torch.full((1, 1), 0.5, dtype=torch.float64)
+    inside = clipped_surrogate(
+        logp, old, advantages, mask, clip_center=torch.full((1, 1), 1.4), advantage_weights=half
+    )
+    assert inside.loss.item() == pytest.approx(-1.5)
+    assert inside.clip_frac.item() == 0.0
+    clipped = clipped_surrogate(logp, old, advantages, mask, advantage_weights=half)
+    assert clipped.loss.item() == pytest.approx(-1.2)
+    assert clipped.clip_frac.item() == 1.0
 
 
 def test_surrogate_checks_the_advantage_shape() -> None:
     with pytest.raises(ValueError, match="advantages"):
         clipped_surrogate(LOGP, OLD_LOGP, torch.zeros(3), MASK)
+    with pytest.raises(ValueError, match="advantages must be"):
+        clipped_surrogate(LOGP, OLD_LOGP, torch.zeros(2, 2), MASK)
 
 
 # --- k3 KL --------------------------------------------------------------------------
@@ -211,6 +250,15 @@ def test_k3_gradient_and_clamped_tokens_get_zero_not_nan() -> None:
     kl_k3(logp, ref).sum().backward()
     assert logp.grad is not None
     torch.testing.assert_close(logp.grad, torch.tensor([[-1.0, 0.0]]))
+
+
+def test_kl_to_the_reference_is_k3_on_response_tokens_and_zero_elsewhere() -> None:
+    # d = ln 2 on the response tokens (k3 = 0.3068528194); NaN on the masked one
+    ref = torch.where(MASK.bool(), LOGP + LN(2), torch.tensor(math.nan, dtype=torch.float64))
+    kl = kl_to_reference(LOGP, ref, MASK)
+    torch.testing.assert_close(kl, 0.3068528194 * MASK, atol=1e-10, rtol=0)
+    with pytest.raises(KeyError, match="known: k3"):
+        kl_to_reference(LOGP, ref, MASK, estimator="k2")
 
 
 # --- logits -------------------------------------------------------------------------
@@ -266,6 +314,42 @@ def test_sgt_nll_by_hand() -> None:
     assert sft_nll_sum(logp, torch.zeros(2, 2, dtype=torch.bool)).item() == 0.0
 
 
+def test_sgt_nll_is_the_registered_auxiliary_loss_nll() -> None:
+    assert AUX_LOSSES.names() == ["nll"]
+    assert AUX_LOSSES.get("nll") is sft_nll_sum
+
+
+def test_sgt_nll_over_micro_batches_is_the_token_mean_of_the_whole_set() -> None:
+    # The trainer sums each micro-batch's NLL and divides by the set's token count. Three
+    # rescued responses in micro-batches of 2 and 1:
+    #   [p = 0.5, 0.25] and [p = 0.125, padding (+inf)] | [p = 1.0, 0.5, 0.5]
+    #   NLL sums: (ln 2 + ln 4) + ln 8 = 6 ln 2 | 0 + ln 2 + ln 2 = 2 ln 2
+    #   token mean: 8 ln 2 / 6 tokens = 4/3 ln 2 = 0.9241962408
+    # lambda_sgt = 0.1 times it: gradient -0.1/6 on every token, 0 on the padding.
+    first = torch.tensor([[LN(0.5), LN(0.25), 0.0], [LN(0.125), math.inf, 0.0]])
+    second = torch.tensor([[0.0, LN(0.5), LN(0.5)]])
+    first_mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    second_mask = torch.tensor([[1, 1, 1]])
+    first.requires_grad_()
+    second.requires_grad_()
+    tokens = int(first_mask.sum() + second_mask.sum())
+    assert tokens == 6
+    total = 0.0
+    for logp, mask in ((first, first_mask), (second, second_mask)):
+        nll_sum = sft_nll_sum(logp, mask)
+        (0.1 * nll_sum / tokens).backward()
+        total += nll_sum.item()
+    assert total / tokens == pytest.approx(4 / 3 * LN(2))
+    assert total / tokens == pytest.approx(0.9241962408)
+    assert first.grad is not None and second.grad is not None
+    torch.testing.assert_close(first.grad, -0.1 / 6 * first_mask.float())
+    torch.testing.assert_close(second.grad, -0.1 / 6 * second_mask.float())
+    # one set in one micro-batch gives the same token mean
+    whole = torch.tensor([[LN(0.5), LN(0.25), 0.0], [LN(0.125), 0.0, 0.0], [0.0, LN(0.5), LN(0.5)]])
+    whole_mask = torch.cat([first_mask, second_mask])
+    assert (sft_nll_sum(whole, whole_mask) / tokens).item() == pytest.approx(total / tokens)
+
+
 @pytest.mark.parametrize("chunk_tokens", [1, 3, 1024])
 def test_chunked_logit_functions_match_log_softmax(chunk_tokens: int) -> None:
     generator = torch.Generator().manual_seed(0)
@@ -303,7 +387,7 @@ def test_half_precision_logits_are_computed_in_float32() -> None:
     torch.testing.assert_close(entropy, torch.full((1, 2), 2.0794415417))
 
 
-# --- policy_loss --------------------------------------------------------------------
+# --- the grpo objective ---------------------------------------------------------------
 # The surrogate example above, plus ref = logp + ln 2 on every token (k3 = 0.3068528194
 # each, so kl_loss = 0.3068528194) and entropy [[1, 2, 3], [4, 5, masked]] (token-mean
 # (1 + 2 + 3 + 4 + 5) / 5 = 3). kl_coef 0.1, entropy_coef 0.01:
@@ -313,9 +397,11 @@ def test_half_precision_logits_are_computed_in_float32() -> None:
 
 REF_LOGP = LOGP + LN(2)
 ENTROPY = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=torch.float64)
+INPUT_FIELDS = {"mask", "advantages", "old_logp", "ref_logp", "token_weights"}
 
 
-def _policy_loss(**overrides: object) -> object:
+def _grpo(**overrides: object) -> ObjectiveOutput:
+    """The ``grpo`` objective on the example; ``overrides`` name inputs or settings."""
     kwargs: dict[str, object] = {
         "logp": LOGP,
         "old_logp": OLD_LOGP,
@@ -330,61 +416,91 @@ def _policy_loss(**overrides: object) -> object:
         "agg": "token-mean",
     }
     kwargs.update(overrides)
-    return policy_loss(**kwargs)  # type: ignore[arg-type]
+    logp, entropy = kwargs.pop("logp"), kwargs.pop("entropy")
+    inputs = ObjectiveInputs(**{k: kwargs.pop(k) for k in INPUT_FIELDS & kwargs.keys()})  # type: ignore[arg-type]
+    return grpo_loss(
+        logp=logp,  # type: ignore[arg-type]
+        entropy=entropy,  # type: ignore[arg-type]
+        inputs=inputs,
+        settings=ObjectiveSettings(**kwargs),  # type: ignore[arg-type]
+    )
 
 
-def test_policy_loss_by_hand() -> None:
-    out = _policy_loss()
+def _values(out: ObjectiveOutput) -> dict[str, float]:
+    return {key: value.item() for key, value in out.metrics.items()}
+
+
+def test_the_objectives_are_registered_by_name() -> None:
+    assert OBJECTIVES.names() == ["grpo", "remix"]
+    assert OBJECTIVES.get("grpo") is grpo_loss
+
+
+def test_grpo_objective_by_hand() -> None:
+    out = _grpo()
     assert out.loss.item() == pytest.approx(-0.6193147181)
-    assert out.pg_loss.item() == pytest.approx(-0.62)
-    assert out.kl_loss.item() == pytest.approx(0.3068528194)
-    assert out.entropy.item() == pytest.approx(3.0)
-    assert out.clip_frac.item() == pytest.approx(0.4)
+    assert _values(out) == pytest.approx(
+        {m.PG_LOSS: -0.62, m.KL_LOSS: 0.3068528194, m.ENTROPY: 3.0, m.CLIP_FRAC: 0.4}
+    )
+    assert list(out.metrics) == [m.PG_LOSS, m.KL_LOSS, m.ENTROPY, m.CLIP_FRAC]
+    assert all(not value.requires_grad for value in out.metrics.values())
+    assert out.token_stats == ()
 
 
-def test_policy_loss_gradients_by_hand() -> None:
+def test_grpo_objective_gradients_by_hand() -> None:
     logp = LOGP.clone().requires_grad_()
     entropy = ENTROPY.clone().requires_grad_()
-    _policy_loss(logp=logp, ref_logp=logp.detach() + LN(2), entropy=entropy).loss.backward()
+    _grpo(logp=logp, ref_logp=logp.detach() + LN(2), entropy=entropy).loss.backward()
     assert logp.grad is not None and entropy.grad is not None
     torch.testing.assert_close(logp.grad, SURROGATE_GRAD - 0.02 * MASK)
     # d loss / d entropy = -0.01 / 5 = -0.002 on each unmasked token
     torch.testing.assert_close(entropy.grad, -0.002 * MASK)
 
 
-def test_policy_loss_without_reference_or_entropy() -> None:
-    out = _policy_loss(ref_logp=None, kl_coef=0.0, entropy=None, entropy_coef=0.0)
+def test_without_old_log_probs_the_ratio_is_against_logp_itself() -> None:
+    # The first and only pass: rho = 1, pg_loss = -0.8 (as on-policy above), and the
+    # gradient is the plain policy gradient -A / 5 on every unmasked token.
+    logp = OLD_LOGP.clone().requires_grad_()
+    out = _grpo(logp=logp, old_logp=None, kl_coef=0.0, ref_logp=None, entropy_coef=0.0)
+    assert out.metrics[m.PG_LOSS].item() == pytest.approx(-0.8)
+    out.loss.backward()
+    assert logp.grad is not None
+    expected = -ADVANTAGES.unsqueeze(-1) / 5 * MASK
+    torch.testing.assert_close(logp.grad, expected)
+
+
+def test_grpo_objective_without_reference_or_entropy() -> None:
+    out = _grpo(ref_logp=None, kl_coef=0.0, entropy=None, entropy_coef=0.0)
     assert out.loss.item() == pytest.approx(-0.62)
-    assert out.kl_loss.item() == 0.0 and out.entropy.item() == 0.0
+    assert out.metrics[m.KL_LOSS].item() == 0.0 and out.metrics[m.ENTROPY].item() == 0.0
 
 
 def test_zero_coefficients_still_report_their_metrics() -> None:
-    out = _policy_loss(kl_coef=0.0, entropy_coef=0.0)
+    out = _grpo(kl_coef=0.0, entropy_coef=0.0)
     assert out.loss.item() == pytest.approx(-0.62)
-    assert out.kl_loss.item() == pytest.approx(0.3068528194)
-    assert out.entropy.item() == pytest.approx(3.0)
+    assert out.metrics[m.KL_LOSS].item() == pytest.approx(0.3068528194)
+    assert out.metrics[m.ENTROPY].item() == pytest.approx(3.0)
 
 
 def test_missing_inputs_for_nonzero_coefficients_are_refused() -> None:
     with pytest.raises(ValueError, match="ref_logp is None"):
-        _policy_loss(ref_logp=None)
+        _grpo(ref_logp=None)
     with pytest.raises(ValueError, match="entropy is None"):
-        _policy_loss(entropy=None)
+        _grpo(entropy=None)
     with pytest.raises(KeyError, match="known: k3"):
-        _policy_loss(kl_estimator="k2")
+        _grpo(kl_estimator="k2")
 
 
-def test_policy_loss_seq_mean_token_mean_by_hand() -> None:
+def test_grpo_objective_seq_mean_token_mean_by_hand() -> None:
     # pg: -0.325 (above); kl: every sequence mean is 0.3068528194; entropy: sequence
     # means 2 and 4.5 -> 3.25. loss = -0.325 + 0.03068528194 - 0.0325 = -0.3268147181
-    out = _policy_loss(agg="seq-mean-token-mean")
+    out = _grpo(agg="seq-mean-token-mean")
     assert out.loss.item() == pytest.approx(-0.3268147181)
-    assert out.entropy.item() == pytest.approx(3.25)
+    assert out.metrics[m.ENTROPY].item() == pytest.approx(3.25)
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
 @pytest.mark.parametrize("junk", [math.nan, math.inf, -math.inf, 1e4])
-def test_masked_positions_change_neither_policy_loss_nor_gradients(agg: str, junk: float) -> None:
+def test_masked_positions_change_neither_the_objective_nor_gradients(agg: str, junk: float) -> None:
     def run(fill: float | None) -> tuple[list[float], Tensor, Tensor]:
         def dirty(x: Tensor) -> Tensor:
             x = x.detach().clone()
@@ -392,24 +508,37 @@ def test_masked_positions_change_neither_policy_loss_nor_gradients(agg: str, jun
 
         logp = dirty(LOGP).requires_grad_()
         entropy = dirty(ENTROPY).requires_grad_()
-        out = _policy_loss(
+        out = _grpo(
             logp=logp,
             old_logp=dirty(OLD_LOGP),
             ref_logp=dirty(REF_LOGP),
             advantages=dirty(ADVANTAGES.unsqueeze(-1).expand(2, 3)),
+            token_weights=dirty(torch.full((2, 3), 0.5, dtype=torch.float64)),
             entropy=entropy,
             agg=agg,
         )
         out.loss.backward()
         assert logp.grad is not None and entropy.grad is not None
-        values = [out.loss.item(), out.pg_loss.item(), out.kl_loss.item(), out.entropy.item()]
-        return [*values, out.clip_frac.item()], logp.grad, entropy.grad
+        return [out.loss.item(), *_values(out).values()], logp.grad, entropy.grad
 
     clean_values, clean_logp_grad, clean_entropy_grad = run(None)
     values, logp_grad, entropy_grad = run(junk)
     assert values == clean_values
     assert torch.equal(logp_grad, clean_logp_grad)
     assert torch.equal(entropy_grad, clean_entropy_grad)
+
+
+def test_objective_inputs_cut_rows_and_positions_as_views() -> None:
+    inputs = ObjectiveInputs(
+        mask=MASK, advantages=ADVANTAGES.unsqueeze(-1).expand(2, 3), old_logp=OLD_LOGP,
+        replayed=torch.tensor([False, True]),
+    )  # fmt: skip
+    part = inputs.rows(slice(1, 2), 2)
+    assert part.mask.shape == part.advantages.shape == part.old_logp.shape == (1, 2)  # type: ignore[union-attr]
+    assert part.old_logp is not None and part.old_logp.data_ptr() == OLD_LOGP[1].data_ptr()
+    assert part.replayed is not None and part.replayed.tolist() == [True]
+    assert part.ref_logp is None and part.token_weights is None
+    assert inputs.rows(slice(0, 2)).mask.shape == (2, 3)
 
 
 def test_token_weights_scale_each_tokens_surrogate() -> None:
@@ -420,7 +549,7 @@ def test_token_weights_scale_each_tokens_surrogate() -> None:
     advantages = torch.tensor([2.0, -1.0])
     mask = torch.ones(2, 2)
     weights = torch.tensor([[0.5, 1.0], [1.0, 1.0]])
-    loss, _ = clipped_surrogate(logp, logp, advantages, mask, token_weights=weights)
+    loss = clipped_surrogate(logp, logp, advantages, mask, token_weights=weights).loss
     assert loss.item() == pytest.approx(-0.25)
 
 
@@ -428,6 +557,6 @@ def test_unit_token_weights_change_nothing() -> None:
     torch.manual_seed(0)
     logp, old = torch.randn(3, 4), torch.randn(3, 4)
     advantages, mask = torch.randn(3), (torch.rand(3, 4) > 0.3).float()
-    plain, _ = clipped_surrogate(logp, old, advantages, mask)
-    weighted, _ = clipped_surrogate(logp, old, advantages, mask, token_weights=torch.ones(3, 4))
+    plain = clipped_surrogate(logp, old, advantages, mask).loss
+    weighted = clipped_surrogate(logp, old, advantages, mask, token_weights=torch.ones(3, 4)).loss
     assert torch.equal(plain, weighted)

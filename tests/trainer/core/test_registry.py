@@ -8,12 +8,17 @@ import pytest
 
 from trainer.core import (
     ADVANTAGE_ESTIMATORS,
+    AUX_LOSSES,
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
+    OBJECTIVES,
     Registry,
     UnknownNameError,
     grpo_advantages,
+    grpo_loss,
     kl_k3,
+    remix_loss,
+    sft_nll_sum,
 )
 
 
@@ -66,6 +71,10 @@ def test_the_trainer_registries_hold_the_config_names() -> None:
     assert LOSS_AGGREGATIONS.names() == ["seq-mean-token-mean", "token-mean"]
     assert KL_ESTIMATORS.names() == ["k3"]
     assert KL_ESTIMATORS.get("k3") is kl_k3
+    assert OBJECTIVES.names() == ["grpo", "remix"]
+    assert OBJECTIVES.get("grpo") is grpo_loss and OBJECTIVES.get("remix") is remix_loss
+    assert AUX_LOSSES.names() == ["nll"]
+    assert AUX_LOSSES.get("nll") is sft_nll_sum
 
 
 def test_every_name_the_config_accepts_is_registered() -> None:

@@ -31,6 +31,13 @@ from trainer.exchange import StepRecord
 from trainer.models import load_tokenizer
 from trainer.policy import LearnerBatch, Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
+from trainer.regimes.prp import (
+    IS_WEIGHT_CLIPPED_FRAC,
+    IS_WEIGHT_MEAN,
+    PEER_SAMPLES,
+    ROLLOUT_EVENT,
+    PRPConfig,
+)
 from trainer.spool import Sample, make_event, make_sample
 from trainer.thl import align_response_logprobs
 
@@ -87,6 +94,7 @@ def choose_peer_rollouts(
 
 class PRP(Regime):
     name = "prp"
+    settings: PRPConfig
     topics = {ROLLOUTS_TOPIC: list}
 
     def __init__(
@@ -130,7 +138,7 @@ class PRP(Regime):
         learner_logp = policy.response_logprobs(prompt_ids[len(own) :], response_ids[len(own) :])
         weights = [
             truncated_is_weights(
-                old, s.behaviour_logp, self.config.prp.c_bar, self.config.prp.is_correction
+                old, s.behaviour_logp, self.settings.c_bar, self.settings.is_correction
             )
             for old, s in zip(learner_logp, samples, strict=True)
         ]
@@ -157,9 +165,7 @@ class PRP(Regime):
         samples: list[PeerSample] = []
         for index, problem in enumerate(rollouts.problems):
             rng = random.Random(f"prp-{self.config.seed}-{step}-{self.learner}-{problem.id}")
-            chosen = choose_peer_rollouts(
-                by_prompt.get(problem.id, []), self.config.prp.k_peer, rng
-            )
+            chosen = choose_peer_rollouts(by_prompt.get(problem.id, []), self.settings.k_peer, rng)
             for source, published in chosen:
                 retokenized, alignment = align_response_logprobs(
                     self._tokenizer(source),
@@ -200,11 +206,17 @@ class PRP(Regime):
             shipped.setdefault(key, []).append(make_sample(sample.text, tokens, sample.reward))
         return [
             make_event(
-                step, source, self.learner, "rollout", prompt_id, len(shipped[(source, prompt_id)]),
-                sum(w) / len(w) if w else None, samples=shipped[(source, prompt_id)],
+                step,
+                source,
+                self.learner,
+                ROLLOUT_EVENT,
+                prompt_id,
+                len(shipped[(source, prompt_id)]),
+                sum(w) / len(w) if w else None,
+                samples=shipped[(source, prompt_id)],
             )
             for (source, prompt_id), w in grouped.items()
-        ]  # fmt: skip
+        ]
 
     def _metrics(
         self, samples: list[PeerSample], weights: list[list[float]], skills: list[str]
@@ -214,12 +226,12 @@ class PRP(Regime):
         over the peer tokens of that skill's prompts (their token-weighted mean is the
         overall one), so that a weight near 0 on foreign-skill prompts shows."""
         flat = [w for sample_weights in weights for w in sample_weights]
-        c_bar = self.config.prp.c_bar
-        metrics = {m.PRP_PEER_SAMPLES: float(len(samples))}
+        c_bar = self.settings.c_bar
+        metrics = {PEER_SAMPLES: float(len(samples))}
         if flat:
-            metrics[m.PRP_IS_WEIGHT_MEAN] = sum(flat) / len(flat)
-            metrics[m.PRP_IS_WEIGHT_CLIPPED_FRAC] = (
-                sum(w >= c_bar for w in flat) / len(flat) if self.config.prp.is_correction else 0.0
+            metrics[IS_WEIGHT_MEAN] = sum(flat) / len(flat)
+            metrics[IS_WEIGHT_CLIPPED_FRAC] = (
+                sum(w >= c_bar for w in flat) / len(flat) if self.settings.is_correction else 0.0
             )
         if len({skill for skill in skills if skill}) > 1:
             by_skill: dict[str, list[float]] = {}

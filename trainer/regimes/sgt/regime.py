@@ -8,10 +8,11 @@ into m's tokenizer by THL's text path (:func:`trainer.thl.encode_text`: a litera
 ``</s>`` in the text stays text; m's EOS is appended only when the peer's response ended
 with its EOS, not when it was cut off at ``max_new_tokens``), after m's own
 chat-formatted prompt, and trained with an auxiliary token-mean NLL:
-``L_m = L_GRPO + lambda_sgt * L_NLL(rescued)``. With an empty rescue set the batch is
-exactly GRPO's. Only success texts (and whether each ended with EOS) cross, and only for
-prompts a policy solved. ``thl/unk_frac`` and ``thl/text_mismatch_frac`` report how
-lossy the rescues' retokenization was.
+``L_m = L_GRPO + lambda_sgt * L_NLL(rescued)``, an :class:`~trainer.policy.AuxTerm` on the
+learner batch (loss ``nll``: :func:`trainer.core.sft_nll_sum`; its value is ``sgt/nll``).
+With an empty rescue set the batch is exactly GRPO's. Only success texts (and whether
+each ended with EOS) cross, and only for prompts a policy solved. ``thl/unk_frac`` and
+``thl/text_mismatch_frac`` report how lossy the rescues' retokenization was.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from typing import Any
 
 from trainer import metrics as m
 from trainer.exchange import StepRecord
-from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.policy import AuxTerm, LearnerBatch, Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
+from trainer.regimes.sgt import NLL, RESCUE_RATE, RESCUE_SET_SIZE, SUCCESS_EVENT, SGTConfig
 from trainer.spool import Sample, make_event, make_sample
 from trainer.thl import encode_text
 
@@ -109,17 +111,18 @@ def rescue_set(
 
 class SGT(Regime):
     name = "sgt"
+    settings: SGTConfig
     topics = {SUCCESSES_TOPIC: dict}
 
     def publish(self, policy: Policy, rollouts: Rollouts, step: int) -> dict[str, Any]:
-        return {SUCCESSES_TOPIC: shortest_successes(rollouts, self.config.sgt.k_sgt)}
+        return {SUCCESSES_TOPIC: shortest_successes(rollouts, self.settings.k_sgt)}
 
     def learn(
         self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
     ) -> RegimeStep:
         peer_successes = {peer.policy: peer.topics[SUCCESSES_TOPIC] for peer in peers}
         ranks = {member.name: rank for rank, member in enumerate(self.config.pool)}
-        rescues, failed_all = rescue_set(rollouts, peer_successes, self.config.sgt.k_sgt, ranks)
+        rescues, failed_all = rescue_set(rollouts, peer_successes, self.settings.k_sgt, ranks)
         batch = LearnerBatch.on_policy(rollouts, policy.advantages(rollouts))
         encoded = [
             encode_text(r.text, policy.tokenizer, ended_with_eos=r.finished) for r in rescues
@@ -127,11 +130,15 @@ class SGT(Regime):
         response_ids = [e.target_ids for e in encoded]
         if rescues:
             group = rollouts.group_size
-            batch.aux_prompt_ids = [
-                rollouts.batch.prompt_ids[r.prompt_index * group] for r in rescues
-            ]
-            batch.aux_response_ids = response_ids
-            batch.aux_coef = self.config.sgt.lambda_sgt
+            batch.aux_terms.append(
+                AuxTerm(
+                    loss="nll",
+                    prompt_ids=[rollouts.batch.prompt_ids[r.prompt_index * group] for r in rescues],
+                    response_ids=response_ids,
+                    coef=self.settings.lambda_sgt,
+                    metric=NLL,
+                )
+            )
         shipped: dict[tuple[str, str], list[Sample]] = {}
         for rescue, ids in zip(rescues, response_ids, strict=True):
             tokens = policy.tokenizer.convert_ids_to_tokens(ids)
@@ -139,13 +146,15 @@ class SGT(Regime):
                 make_sample(rescue.text, tokens)
             )
         events = [
-            make_event(step, source, self.learner, "success", prompt_id, len(texts), samples=texts)
+            make_event(
+                step, source, self.learner, SUCCESS_EVENT, prompt_id, len(texts), samples=texts
+            )
             for (source, prompt_id), texts in shipped.items()
         ]
         rescued_prompts = len({r.prompt_id for r in rescues})
         metrics = {
-            m.SGT_RESCUE_SET_SIZE: float(rescued_prompts),
-            m.SGT_RESCUE_RATE: rescued_prompts / failed_all if failed_all else 0.0,
+            RESCUE_SET_SIZE: float(rescued_prompts),
+            RESCUE_RATE: rescued_prompts / failed_all if failed_all else 0.0,
         }
         if encoded:
             metrics[m.THL_UNK_FRAC] = _mean([e.unk_frac for e in encoded])

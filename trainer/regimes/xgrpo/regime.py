@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from trainer import metrics as m
 from trainer.exchange import StepRecord
 from trainer.policy import LearnerBatch, Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
+from trainer.regimes.xgrpo import ADVANTAGE_STATS_EVENT, BASELINE_SHIFT, POOLED_STD, XGRPOConfig
 from trainer.spool import make_event
 
 REWARDS_TOPIC = "rewards"
@@ -55,10 +55,11 @@ def perturbed_advantages(
 
 class XGRPO(Regime):
     name = "xgrpo"
+    settings: XGRPOConfig
     topics = {REWARDS_TOPIC: dict}
 
     def publish(self, policy: Policy, rollouts: Rollouts, step: int) -> dict[str, Any]:
-        if self.config.xgrpo.random_perturbation:
+        if self.settings.random_perturbation:
             return {}
         grouped = rollouts.rewards.view(-1, rollouts.group_size).tolist()
         return {REWARDS_TOPIC: {p.id: grouped[i] for i, p in enumerate(rollouts.problems)}}
@@ -72,7 +73,7 @@ class XGRPO(Regime):
         rng = random.Random(f"xgrpo-noise-{self.config.seed}-{step}-{self.learner}")
         for index, problem in enumerate(rollouts.problems):
             own = grouped[index]
-            if self.config.xgrpo.random_perturbation:
+            if self.settings.random_perturbation:
                 adv, shift = perturbed_advantages(own, eps, rng)
                 std = float(own.std())
             else:
@@ -84,7 +85,7 @@ class XGRPO(Regime):
                 shift = abs(mean - float(own.mean()))
                 events += [
                     make_event(
-                        step, source, self.learner, "advantage_stats", problem.id, len(rewards)
+                        step, source, self.learner, ADVANTAGE_STATS_EVENT, problem.id, len(rewards)
                     )
                     for source, rewards in received
                 ]
@@ -95,7 +96,7 @@ class XGRPO(Regime):
             LearnerBatch.on_policy(rollouts, torch.cat(advantages)),
             events,
             {
-                m.XGRPO_BASELINE_SHIFT: sum(shifts) / len(shifts),
-                m.XGRPO_POOLED_STD: sum(stds) / len(stds),
+                BASELINE_SHIFT: sum(shifts) / len(shifts),
+                POOLED_STD: sum(stds) / len(stds),
             },
         )

@@ -1,0 +1,133 @@
+"""The update is plumbing (issue 19): one call of the named objective per micro-batch,
+auxiliary terms from the batch summed generically and reported under their own metric.
+
+A real tiny zoo policy; the numbers come from the policy's own scoring."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trainer import metrics as m
+from trainer.config import GRPOConfig, PolicyConfig
+from trainer.core import OBJECTIVES, ObjectiveOutput
+from trainer.policy import AuxTerm, LearnerBatch, Policy
+from trainer.tasks import get_reward
+
+PROMPTS = [[1, 5, 6], [1, 7], [1, 8, 9, 10], [1, 11]] * 2
+RESPONSES = [[12, 13], [14], [15, 16, 17], [18, 19]] * 2
+AUX_PROMPTS = [[1, 20], [1, 21, 22], [1, 23]]
+AUX_RESPONSES = [[24, 25, 26], [27], [28, 29]]
+
+
+def _policy(zoo_dir: Path, micro_batch_size: int = 3, **grpo: Any) -> Policy:
+    model_dir = zoo_dir / "tiny-llama-char"
+    torch.manual_seed(0)
+    config = PolicyConfig(
+        name="a", model=str(model_dir), lr=1e-3, micro_batch_size=micro_batch_size
+    )
+    return Policy(
+        config, GRPOConfig(**grpo), model_dir=model_dir, tokenizer_dir=model_dir,
+        reward_fn=get_reward("math"),
+    )  # fmt: skip
+
+
+def _batch(*terms: AuxTerm) -> LearnerBatch:
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5] * 2)
+    return LearnerBatch(PROMPTS, RESPONSES, advantages, aux_terms=list(terms))
+
+
+def _nll(coef: float = 0.1, metric: str = "test/nll") -> AuxTerm:
+    return AuxTerm(
+        loss="nll", prompt_ids=AUX_PROMPTS, response_ids=AUX_RESPONSES, coef=coef, metric=metric
+    )
+
+
+@pytest.fixture
+def objective_calls() -> Iterator[list[int]]:
+    """The rows of every call of the ``grpo`` objective."""
+    calls: list[int] = []
+    grpo = OBJECTIVES.get("grpo")
+
+    def counted(**kwargs: Any) -> ObjectiveOutput:
+        calls.append(int(kwargs["inputs"].mask.shape[0]))
+        return grpo(**kwargs)
+
+    OBJECTIVES.unregister("grpo")
+    OBJECTIVES.register("grpo")(counted)
+    try:
+        yield calls
+    finally:
+        OBJECTIVES.unregister("grpo")
+        OBJECTIVES.register("grpo")(grpo)
+
+
+def test_the_update_calls_the_objective_once_per_micro_batch(
+    zoo_dir: Path, objective_calls: list[int]
+) -> None:
+    # 8 samples, 2 mini-batches of 4, micro-batches of 3, 2 epochs: [3, 1] x 4.
+    policy = _policy(zoo_dir, epochs=2, mini_batches=2)
+    policy.train_step(_batch(_nll()))
+    assert objective_calls == [3, 1] * 4
+
+
+def test_an_auxiliary_term_reports_its_token_mean_under_its_own_metric(zoo_dir: Path) -> None:
+    # One pass of one mini-batch: the term is scored before the only optimizer step, so
+    # its value is the initial policy's token-mean NLL of the auxiliary responses, at
+    # temperature 1 (the policy samples at temperature 1 here).
+    policy = _policy(zoo_dir, micro_batch_size=2)
+    scored = policy.response_logprobs(AUX_PROMPTS, AUX_RESPONSES)
+    expected = -sum(sum(row) for row in scored) / sum(len(row) for row in scored)
+    metrics = policy.train_step(_batch(_nll(metric="test/nll")))
+    assert metrics["test/nll"] == pytest.approx(expected, abs=1e-5)
+    assert m.GRAD_NORM in metrics and "sgt/nll" not in metrics
+
+
+def test_two_terms_add_up_and_report_each(zoo_dir: Path) -> None:
+    # The same NLL twice with weights 0.04 and 0.06 is one NLL of weight 0.1: the same
+    # gradient (one optimizer step from the same weights; it stays on the parameters).
+    one, two = _policy(zoo_dir), _policy(zoo_dir)
+    single = one.train_step(_batch(_nll(coef=0.1, metric="test/nll")))
+    double = two.train_step(
+        _batch(_nll(coef=0.04, metric="test/first"), _nll(coef=0.06, metric="test/second"))
+    )
+    assert double["test/first"] == double["test/second"] == single["test/nll"]
+    for (name, a), (_, b) in zip(
+        one.model.named_parameters(), two.model.named_parameters(), strict=True
+    ):
+        assert a.grad is not None and b.grad is not None
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-7, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        AuxTerm("nll", AUX_PROMPTS, AUX_RESPONSES, 0.0, "test/nll"),
+        AuxTerm("nll", [], [], 0.1, "test/nll"),
+    ],
+    ids=["coef-0", "no-sequences"],
+)
+def test_an_empty_or_zero_weight_term_changes_nothing_to_the_last_bit(
+    zoo_dir: Path, term: AuxTerm
+) -> None:
+    plain, with_term = _policy(zoo_dir), _policy(zoo_dir)
+    expected = plain.train_step(_batch())
+    assert with_term.train_step(_batch(term)) == expected
+    for (name, a), (_, b) in zip(
+        plain.model.state_dict().items(), with_term.model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+def test_an_unknown_auxiliary_loss_is_refused_before_any_update(zoo_dir: Path) -> None:
+    policy = _policy(zoo_dir)
+    before = {name: p.clone() for name, p in policy.model.named_parameters()}
+    term = AuxTerm("kl", AUX_PROMPTS, AUX_RESPONSES, 0.1, "test/kl")
+    with pytest.raises(KeyError, match="unknown auxiliary loss 'kl'; known: nll"):
+        policy.train_step(_batch(term))
+    for name, p in policy.model.named_parameters():
+        assert torch.equal(p, before[name]), name
