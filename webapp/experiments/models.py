@@ -21,6 +21,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.urls import reverse
 
+from trainer import wire
 from trainer.wire import event_kind_choices, event_kind_names
 
 NAME_VALIDATOR = RegexValidator(
@@ -285,8 +286,8 @@ class MetricSeries(models.Model):
     """One curve: (run, policy, key). Policy ``_pool`` holds pool-level metrics."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series")
-    policy = models.CharField(max_length=64)
-    key = models.CharField(max_length=128)
+    policy = models.CharField(max_length=wire.MAX_POLICY_NAME)
+    key = models.CharField(max_length=wire.MAX_KEY)
 
     class Meta:
         constraints = [
@@ -357,10 +358,10 @@ class TransferEvent(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transfer_events")
     step = models.IntegerField()
-    source = models.CharField(max_length=64)
-    target = models.CharField(max_length=64)
+    source = models.CharField(max_length=wire.MAX_POLICY_NAME)
+    target = models.CharField(max_length=wire.MAX_POLICY_NAME)
     kind = models.CharField(max_length=32, choices=event_kind_choices)
-    prompt_id = models.CharField(max_length=128, blank=True)
+    prompt_id = models.CharField(max_length=wire.MAX_KEY, blank=True)
     count = models.IntegerField(default=1)
     weight = models.FloatField(null=True, blank=True)
     samples = models.JSONField(
