@@ -684,9 +684,11 @@ def test_resources_default_to_the_configured_slurm_partition() -> None:
     assert (defaults["backend"], defaults["partition"], defaults["gpus"]) == ("slurm", "gpu", 0)
 
 
-def test_the_forms_never_import_torch_or_transformers() -> None:
+def test_the_web_app_and_its_tasks_never_import_torch_or_transformers() -> None:
+    """The web image has no torch: every URL's view, the Celery tasks and the regimes'
+    declarations (read by the forms, the run page and the API) must do without it."""
     code = (
-        "import django, sys; django.setup(); import webapp.experiments.views_compose; "
+        "import django, sys; django.setup(); import webapp.urls, scheduler.tasks; "
         "assert not {'torch', 'transformers'} & set(sys.modules), 'heavy import'"
     )
     result = subprocess.run(
