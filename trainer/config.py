@@ -365,7 +365,7 @@ class RunConfig:
                 if regime in data:
                     section_class = regime_spec(regime).config
                     assert section_class is not None
-                    built = _build(section_class, data.pop(regime), regime, errors)
+                    built = build_dataclass(section_class, data.pop(regime), regime, errors)
                     if built is not None:
                         sections[regime] = built
             if "sections" in data:
@@ -374,7 +374,7 @@ class RunConfig:
                     f"{', '.join(_json_names(cls))}"
                 )
             data["sections"] = sections
-        config = _build(cls, data, "", errors)  # constructing it validates it
+        config = build_dataclass(cls, data, "", errors)  # constructing it validates it
         if errors:
             raise ConfigError(errors)
         assert isinstance(config, RunConfig)
@@ -754,7 +754,7 @@ def _scalar_problem(hint: Any, value: Any, path: str) -> str | None:
 T = TypeVar("T")
 
 
-def _build(cls: type[T], data: Any, path: str, errors: dict[str, str]) -> T | None:
+def build_dataclass(cls: type[T], data: Any, path: str, errors: dict[str, str]) -> T | None:
     """Build dataclass ``cls`` from JSON data, recording type errors by field path; with
     any error recorded (here or before), nothing is built (None)."""
     where = path or "config"
@@ -821,7 +821,7 @@ def _convert(hint: Any, value: Any, path: str, errors: dict[str, str]) -> Any:
         items = [_convert(args[0], item, f"{path}[{i}]", errors) for i, item in enumerate(value)]
         return _INVALID if any(item is _INVALID for item in items) else items
     if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
-        built = _build(hint, value, path, errors)
+        built = build_dataclass(hint, value, path, errors)
         return _INVALID if built is None else built
     problem = _scalar_problem(hint, value, path)
     if problem:

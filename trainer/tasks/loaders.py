@@ -371,20 +371,64 @@ def render_multiple_choice(question: str, choices: list[str]) -> str:
     return "\n".join([*lines, MC_INSTRUCTION])
 
 
-def multiple_choice_problem(row: Row) -> Problem:
-    """A multiple-choice :class:`Problem` from one row; the answer is a letter."""
+@dataclass(frozen=True)
+class MultipleChoiceParts:
+    """One multiple-choice row read by the field rules of this module's docstring."""
+
+    id: str
+    question: str
+    choices: list[str]
+    answer: int
+    """The index of the right choice."""
+    difficulty: int
+
+
+def multiple_choice_parts(row: Row) -> MultipleChoiceParts:
+    """The id, question, choices and right choice's index of one row (fix-it errors
+    name the row and field)."""
     question = _mc_question(row)
     choices = _choices(row)
     _check_choices(row, choices)
     field = _first_field(row, MC_ANSWER_FIELDS)
     if field is None:
         raise row.error(" | ".join(MC_ANSWER_FIELDS), "missing answer; give one of these fields")
-    return Problem(
+    return MultipleChoiceParts(
         id=_problem_id(row),
-        prompt=render_multiple_choice(question, choices.texts),
-        answer=LETTERS[_answer_index(row, field, choices)],
+        question=question,
+        choices=choices.texts,
+        answer=_answer_index(row, field, choices),
         difficulty=_difficulty(row),
     )
+
+
+def multiple_choice_problem(row: Row) -> Problem:
+    """A multiple-choice :class:`Problem` from one row; the answer is a letter."""
+    parts = multiple_choice_parts(row)
+    return Problem(
+        id=parts.id,
+        prompt=render_multiple_choice(parts.question, parts.choices),
+        answer=LETTERS[parts.answer],
+        difficulty=parts.difficulty,
+    )
+
+
+EXACT_PROMPT_FIELDS = ("prompt", "question", "problem")
+EXACT_ANSWER_FIELDS = ("answer",)
+
+
+def exact_match_problem(row: Row) -> Problem:
+    """A :class:`Problem` (prompt, expected text) from one exact-match row."""
+    _, prompt = _required_text(row, EXACT_PROMPT_FIELDS, "prompt")
+    name = _first_field(row, EXACT_ANSWER_FIELDS)
+    if name is None and "answer" in row.data:
+        raise row.error("answer", "the answer is empty; exact match needs the expected text")
+    _, answer = _required_text(row, EXACT_ANSWER_FIELDS, "answer")
+    return Problem(id=_problem_id(row), prompt=prompt, answer=answer)
+
+
+def load_exact_match_file(path: str | Path) -> list[Problem]:
+    """The exact-match problems of a JSONL/Parquet file (``prompt`` + ``answer``)."""
+    return [exact_match_problem(row) for row in read_rows(path)]
 
 
 def load_multiple_choice_file(path: str | Path) -> list[Problem]:
