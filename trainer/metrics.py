@@ -172,6 +172,9 @@ CORE_CATALOGUE: tuple[MetricInfo, ...] = (
 """The metrics every run may log, in chart order within their group; the regimes' own
 keys come from their declarations (:func:`catalogue`)."""
 
+_EVAL_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+"""A suite's or task's name in an eval key (``trainer.config.NAME_PATTERN``)."""
+
 CORE_FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = (
     # Per-skill validation (trainer/policy.py), when the validation set spans several
     # skills: val/reward@1/addition, val/reward@1/multiplication, ...
@@ -179,6 +182,26 @@ CORE_FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = (
         re.compile(r"val/reward@1/(?P<skill>[a-z0-9_]+)"),
         "Validation reward@1 · {skill}",
         "",
+        REWARDS,
+    ),
+    # Evaluation suites (trainer/evals/evaluate.py), at the evaluated checkpoint's step:
+    # eval/synthetic/larger/accuracy, eval/synthetic/larger/n, ... (SPEC 9).
+    (
+        re.compile(rf"eval/(?P<suite>{_EVAL_NAME})/(?P<task>{_EVAL_NAME})/accuracy"),
+        "Eval accuracy · {suite}/{task}",
+        "",
+        REWARDS,
+    ),
+    (
+        re.compile(rf"eval/(?P<suite>{_EVAL_NAME})/(?P<task>{_EVAL_NAME})/acc_norm"),
+        "Eval accuracy (length-normalised) · {suite}/{task}",
+        "",
+        REWARDS,
+    ),
+    (
+        re.compile(rf"eval/(?P<suite>{_EVAL_NAME})/(?P<task>{_EVAL_NAME})/n"),
+        "Eval items · {suite}/{task}",
+        "items",
         REWARDS,
     ),
 )

@@ -3,5 +3,7 @@
 :mod:`trainer.evals.suite` (torch-free) reads and validates suites and their task files;
 :mod:`trainer.evals.scoring` scores a causal LM on them (log-likelihood multiple choice,
 generative math, exact match); :mod:`trainer.evals.synthetic` writes the seeded
-synthetic suite used by the tests and the demo.
+synthetic suite used by the tests and the demo; :mod:`trainer.evals.evaluate` opens a
+checkpoint, scores one policy on a suite and spools the results for shipping
+(``python -m trainer eval``).
 """

@@ -9,8 +9,8 @@
 * ``larger.jsonl``, multiple choice: ``"Which is larger? A) 17 B) 23"`` with choices
   ``["17", "23"]`` and the 0-based ``answer`` index, scored by log-likelihood;
 * ``word-problems.jsonl``, exact match: a templated word problem (``"Ana has 17 apples
-  and buys 5 more. How many apples does Ana have now? Answer with the number only."``,
-  answer ``"22"``);
+  and buys 5 more. How many now? Number only."``, answer ``"22"``), short enough that a
+  character-level zoo policy's prompt and answer fit its 128 positions;
 * ``suite.json``, the :class:`~trainer.evals.suite.SuiteConfig` naming them with paths
   relative to the directory.
 
@@ -32,10 +32,10 @@ SUITE_FILE = "suite.json"
 NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Farah")
 ITEMS = ("apples", "marbles", "books", "stamps", "shells")
 WORD_TEMPLATES = (
-    ("{name} has {a} {item} and buys {b} more. How many {item} does {name} have now?", "+"),
-    ("{name} has {a} {item} and gives away {b}. How many {item} does {name} have left?", "-"),
+    ("{name} has {a} {item} and buys {b} more. How many now?", "+"),
+    ("{name} has {a} {item} and gives away {b}. How many are left?", "-"),
 )
-WORD_INSTRUCTION = "Answer with the number only."
+WORD_INSTRUCTION = "Number only."
 
 
 def arithmetic_rows(rng: random.Random, skill: str, size: int) -> list[dict[str, Any]]:

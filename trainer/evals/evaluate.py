@@ -1,0 +1,287 @@
+"""Evaluating one policy of one checkpoint on a suite, and spooling the results.
+
+``python -m trainer eval`` (:mod:`trainer.cli`) is plumbing around these functions:
+
+* :func:`open_checkpoint` reads a checkpoint directory that :mod:`trainer.checkpoint`
+  wrote (``<run_dir>/checkpoints/step_NNNNNN``, complete once ``state.json`` exists, or
+  one policy's folder inside it). The step comes from ``state.json``, never from the
+  user; the run directory's ``config.json`` says each policy's base model, tokenizer,
+  dtype, chat template and response length.
+* :func:`load_policy_model` loads a policy's base model and tokenizer from the run
+  config, then the checkpoint's weights over them.
+* :func:`load_suite_items` reads every task file of a suite (all problems reported at
+  once); :func:`evaluate_suite` scores them with :data:`trainer.evals.scoring.SCORERS`,
+  batched. Generative tasks (math, exact match) see the prompt as the policy's rollouts
+  and validation do (its chat template); multiple choice scores the plain
+  ``"<question>\\nAnswer:"`` context, as lm-eval does without a chat template.
+* :func:`eval_points` turns the results into metric points at the checkpoint's step:
+  ``eval/<suite>/<task>/accuracy``, ``eval/<suite>/<task>/n`` and, for multiple choice,
+  ``eval/<suite>/<task>/acc_norm`` (SPEC 9).
+
+**The spool** (:data:`EVAL_SPOOL_DIR`). Points go to ``<run_dir>/evals/metrics.jsonl``
+through :class:`trainer.spool.Spool` before any network call, then
+:class:`trainer.shipper.Shipper` ships that directory with its own cursor
+(``<run_dir>/evals/ship_cursor.json``). Not the run's ``metrics.jsonl``: a resumed run
+cuts its spool back to its last checkpoint's offsets, which would drop evaluation lines
+appended after it, and the run's shipper keeps one cursor that an evaluation running
+beside the training job would race. A re-run appends the same (policy, key, step)
+points again and ships them; ingestion's idempotency makes that harmless, and what a
+failed ship left behind is sent by the next evaluation or by ``python -m trainer ship
+--run-dir <run_dir>/evals``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.chat import format_prompt
+from trainer.checkpoint import STATE_FILE, load_weights
+from trainer.config import ConfigError, PolicyConfig, RunConfig
+from trainer.evals.scoring import SCORERS, TaskResult
+from trainer.evals.suite import ChoiceItem, SuiteConfig, load_task_items
+from trainer.models import ModelSourceError, check_model_source, load_causal_lm, load_tokenizer
+from trainer.spool import Point, Spool, make_point
+from trainer.tasks.base import Problem
+from trainer.zoo import resolve_model_source
+
+EVAL_SPOOL_DIR = "evals"
+"""The evaluation spool's directory inside the run directory (see the module docstring)."""
+WEIGHTS_FILE = "model.safetensors"
+TOKEN_FILE = ("job", "ingest-token")
+"""Where the scheduler writes a run's ingest token (``scheduler.jobs.JobSpec.token_path``)."""
+
+
+class EvalError(ValueError):
+    """A problem the user can fix (a missing file, a directory that is not a
+    checkpoint, an unknown policy); the message says which and how."""
+
+
+# --- the checkpoint -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete checkpoint of a run: its directory, step, run and policies."""
+
+    directory: Path
+    step: int
+    run_dir: Path
+    config: RunConfig
+    policies: tuple[str, ...]
+    """The pool's policies whose weights the checkpoint holds, in pool order."""
+    chosen: str | None = None
+    """The policy whose folder was given instead of the step's directory."""
+
+    def policy_config(self, name: str) -> PolicyConfig:
+        return next(policy for policy in self.config.pool if policy.name == name)
+
+
+def open_checkpoint(path: str | Path) -> Checkpoint:
+    """The checkpoint at ``path`` (a ``step_NNNNNN`` directory, or one policy's folder in
+    it); :class:`EvalError` says why it is not one."""
+    path = Path(path).expanduser().resolve()
+    if not path.is_dir():
+        raise EvalError(f"checkpoint directory {path} does not exist")
+    chosen = None
+    if (path / WEIGHTS_FILE).is_file() and not (path / STATE_FILE).is_file():
+        chosen, path = path.name, path.parent  # a policy's folder inside a checkpoint
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise EvalError(
+            f"{path} is not a complete checkpoint (no {STATE_FILE}); give a "
+            "<run_dir>/checkpoints/step_NNNNNN directory the trainer wrote"
+        )
+    try:
+        step = int(json.loads(state_file.read_text())["step"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EvalError(f"{state_file} is unreadable ({exc}); is it a trainer checkpoint?") from exc
+    run_dir = path.parent.parent
+    config_file = run_dir / "config.json"
+    if path.parent.name != "checkpoints" or not config_file.is_file():
+        raise EvalError(
+            f"{path} is not inside a run directory (no {config_file}); evaluate a checkpoint "
+            "where the trainer wrote it, <run_dir>/checkpoints/step_NNNNNN"
+        )
+    try:
+        config = RunConfig.from_file(config_file)
+    except ConfigError as exc:
+        raise EvalError(f"the run config {config_file} is invalid: {exc}") from exc
+    policies = tuple(p.name for p in config.pool if (path / p.name / WEIGHTS_FILE).is_file())
+    if not policies:
+        raise EvalError(f"checkpoint {path} holds no policy weights ({WEIGHTS_FILE})")
+    return Checkpoint(path, step, run_dir, config, policies, chosen)
+
+
+def pick_policy(checkpoint: Checkpoint, name: str | None) -> str:
+    """The policy to evaluate: ``name``, the folder given, or the only one; otherwise
+    :class:`EvalError` listing the checkpoint's policies."""
+    known = ", ".join(checkpoint.policies)
+    wanted = name or checkpoint.chosen
+    if wanted is None:
+        if len(checkpoint.policies) == 1:
+            return checkpoint.policies[0]
+        raise EvalError(
+            f"checkpoint {checkpoint.directory} holds {len(checkpoint.policies)} policies; "
+            f"choose one with --policy: {known}"
+        )
+    if wanted not in checkpoint.policies:
+        raise EvalError(
+            f"checkpoint {checkpoint.directory} holds no policy {wanted!r}; its policies: {known}"
+        )
+    if name and checkpoint.chosen and name != checkpoint.chosen:
+        raise EvalError(
+            f"--policy {name!r} differs from the checkpoint folder given ({checkpoint.chosen!r})"
+        )
+    return wanted
+
+
+def load_policy_model(
+    checkpoint: Checkpoint, policy: str, *, zoo_dir: Path | None = None, device: str = "cpu"
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``policy`` at the checkpoint: the run config's base
+    model and tokenizer, with the checkpoint's weights loaded over the model."""
+    config = checkpoint.policy_config(policy)
+    try:
+        model_dir = resolve_model_source(config.model, zoo_dir)
+        tokenizer_dir = (
+            resolve_model_source(config.tokenizer, zoo_dir) if config.tokenizer else model_dir
+        )
+        check_model_source(model_dir, tokenizer_dir)
+    except ModelSourceError as exc:
+        raise EvalError(f"cannot load {policy}'s base model: {exc}") from exc
+    tokenizer = load_tokenizer(tokenizer_dir)
+    model = load_causal_lm(model_dir, config.dtype)
+    try:
+        load_weights(checkpoint.directory / policy / WEIGHTS_FILE, model)
+    except RuntimeError as exc:
+        raise EvalError(f"the checkpoint's weights do not fit {model_dir}: {exc}") from exc
+    return model.to(device).eval(), tokenizer
+
+
+# --- the suite ------------------------------------------------------------------------------
+TaskItems = list[Problem] | list[ChoiceItem]
+
+
+def load_suite(path: str | Path) -> SuiteConfig:
+    """The suite in ``path`` (relative task paths against its directory); a missing file
+    is an :class:`EvalError`, a bad one a :class:`ConfigError` naming the fields."""
+    path = Path(path)
+    if not path.is_file():
+        raise EvalError(f"suite file {path} does not exist")
+    return SuiteConfig.from_file(path)
+
+
+def load_suite_items(suite: SuiteConfig) -> dict[str, TaskItems]:
+    """Every task's items, by task name; :class:`EvalError` lists every task whose file
+    is missing or does not parse."""
+    items: dict[str, TaskItems] = {}
+    problems: list[str] = []
+    for task in suite.tasks:
+        try:
+            items[task.name] = load_task_items(task)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"task {task.name!r} ({task.type}): {exc}")
+    if problems:
+        raise EvalError(f"cannot read suite {suite.name!r}: " + "; ".join(problems))
+    return items
+
+
+def evaluate_suite(
+    model: Any,
+    tokenizer: Any,
+    suite: SuiteConfig,
+    items: Mapping[str, TaskItems],
+    *,
+    chat_template: str | None = None,
+    max_new_tokens: int = 16,
+    batch_size: int = 16,
+) -> dict[str, TaskResult]:
+    """Each task's :class:`TaskResult`, in suite order (module docstring: prompts)."""
+    policy_prompt = functools.partial(format_prompt, tokenizer, chat_template=chat_template)
+    results: dict[str, TaskResult] = {}
+    for task in suite.tasks:
+        scorer = SCORERS[task.type]
+        if task.type == "multiple_choice":
+            results[task.name] = scorer(model, tokenizer, items[task.name], batch_size=batch_size)
+        else:
+            results[task.name] = scorer(
+                model,
+                tokenizer,
+                items[task.name],
+                format_prompt=policy_prompt,
+                max_new_tokens=max_new_tokens,
+                batch_size=batch_size,
+            )
+    return results
+
+
+# --- results --------------------------------------------------------------------------------
+def results_json(
+    suite: SuiteConfig, policy: str, step: int, results: Mapping[str, TaskResult]
+) -> dict[str, Any]:
+    """The ``--out`` document: ``{"suite", "policy", "step", "tasks": {name: {"type",
+    "accuracy", "n"[, "acc_norm"]}}}``."""
+    tasks: dict[str, dict[str, Any]] = {}
+    for task in suite.tasks:
+        metrics = results[task.name].metrics
+        entry: dict[str, Any] = {
+            "type": task.type,
+            "accuracy": metrics["accuracy"],
+            "n": int(metrics["n"]),
+        }
+        if task.type == "multiple_choice":
+            entry["acc_norm"] = metrics["acc_norm"]
+        tasks[task.name] = entry
+    return {"suite": suite.name, "policy": policy, "step": step, "tasks": tasks}
+
+
+def task_metrics(suite: str, task: str, metrics: Mapping[str, float]) -> dict[str, float]:
+    """One task's metric keys and values (SPEC 9's ``eval/<suite>/<task>/...``)."""
+    keyed = {
+        f"eval/{suite}/{task}/accuracy": metrics["accuracy"],
+        f"eval/{suite}/{task}/n": metrics["n"],
+    }
+    if "acc_norm" in metrics:
+        keyed[f"eval/{suite}/{task}/acc_norm"] = metrics["acc_norm"]
+    return keyed
+
+
+def eval_points(
+    suite: SuiteConfig,
+    policy: str,
+    step: int,
+    results: Mapping[str, TaskResult],
+    *,
+    wall_time: float | None = None,
+) -> list[Point]:
+    """The results as metric points of ``policy`` at ``step``, validated for the wire."""
+    now = time.time() if wall_time is None else wall_time
+    return [
+        make_point(policy, key, step, value, wall_time=now)
+        for task in suite.tasks
+        for key, value in task_metrics(suite.name, task.name, results[task.name].metrics).items()
+    ]
+
+
+def spool_points(run_dir: Path, points: Sequence[Point]) -> Path:
+    """Append ``points`` to the run's evaluation spool, durably; its directory."""
+    directory = Path(run_dir) / EVAL_SPOOL_DIR
+    with Spool(directory) as spool:
+        spool.append_points(points)
+        spool.sync()
+    return directory
+
+
+def run_token(run_dir: Path, given: str | None) -> str | None:
+    """The ingest token: ``given`` (flag or environment), else the run's token file."""
+    if given:
+        return given
+    path = Path(run_dir).joinpath(*TOKEN_FILE)
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
