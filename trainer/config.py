@@ -382,11 +382,7 @@ class RunConfig:
 
     @classmethod
     def from_json(cls, text: str) -> RunConfig:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError({"": f"not valid JSON: {exc}"}) from exc
-        return cls.from_dict(data)
+        return cls.from_dict(json_data(text))
 
     @classmethod
     def from_file(cls, path: str | Path) -> RunConfig:
@@ -752,6 +748,14 @@ def _scalar_problem(hint: Any, value: Any, path: str) -> str | None:
 
 
 T = TypeVar("T")
+
+
+def json_data(text: str) -> Any:
+    """``text`` parsed as JSON; malformed JSON is a :class:`ConfigError` at path ``""``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError({"": f"not valid JSON: {exc}"}) from exc
 
 
 def build_dataclass(cls: type[T], data: Any, path: str, errors: dict[str, str]) -> T | None:

@@ -30,7 +30,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from trainer.config import NAME_PATTERN, ConfigError, bound_problem, build_dataclass
+from trainer.config import NAME_PATTERN, ConfigError, bound_problem, build_dataclass, json_data
 from trainer.tasks.base import Problem
 from trainer.tasks.loaders import (
     DATA_SUFFIXES,
@@ -171,11 +171,7 @@ class SuiteConfig:
 
     @classmethod
     def from_json(cls, text: str) -> SuiteConfig:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError({"": f"not valid JSON: {exc}"}) from exc
-        return cls.from_dict(data)
+        return cls.from_dict(json_data(text))
 
     @classmethod
     def from_file(cls, path: str | Path) -> SuiteConfig:
