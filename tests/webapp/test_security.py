@@ -154,9 +154,7 @@ def objects(alice: User, make_experiment: Callable[..., Experiment]) -> dict[str
     saved = SavedComparison.objects.create(
         lab=experiment.lab, owner=alice, name="c", slug="s1", query=f"runs={run.pk}"
     )
-    event = TransferEvent.objects.create(
-        run=run, step=1, source="a", target="b", kind=TransferEvent.Kind.SUCCESS
-    )
+    event = TransferEvent.objects.create(run=run, step=1, source="a", target="b", kind="success")
     return {
         "experiments": experiment,
         "runs": run,

@@ -22,7 +22,7 @@ from django.db import models
 from django.urls import reverse
 
 from trainer import wire
-from trainer.wire import event_kind_choices, event_kind_names
+from trainer.wire import event_kind_choices
 
 NAME_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
@@ -338,23 +338,10 @@ class SeriesPack(models.Model):
         return f"pack of {self.series_id} ({len(self.steps) // 4} points)"
 
 
-class _EventKinds:
-    """``TransferEvent.Kind.SUCCESS == "success"``: each registered event kind's name by
-    its upper-case attribute, read from the registry at each access (no fixed list)."""
-
-    def __getattr__(self, attribute: str) -> str:
-        name = attribute.lower()
-        if attribute.isupper() and name in event_kind_names():
-            return name
-        raise AttributeError(f"no registered event kind {name!r}")
-
-
 class TransferEvent(models.Model):
     """Experience crossing from one policy to another (SPEC 4.5). ``kind`` is an event kind
     of a registered sharing regime (the wire contract's, :mod:`trainer.wire`); its choices
     are read at each use, so a regime registered later counts too."""
-
-    Kind = _EventKinds()
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transfer_events")
     step = models.IntegerField()
