@@ -39,7 +39,7 @@ from trainer.checkpoint import (
     save_worker_state,
     write_state,
 )
-from trainer.config import RunConfig
+from trainer.config import PolicyConfig, RunConfig
 from trainer.exchange import SharedExperienceExchange, StepRecord
 from trainer.models import ModelSourceError, check_model_source
 from trainer.policy import Policy
@@ -79,21 +79,26 @@ class RunOptions:
     later job will ship it, so a restart or deploy of the app must be waited out."""
 
 
+def policy_sources(policy: PolicyConfig, zoo_dir: Path | None) -> tuple[Path, Path]:
+    """``(model_dir, tokenizer_dir)`` of ``policy``, checked; :class:`ModelSourceError`
+    says how to fix a source that cannot be used."""
+    model_dir = resolve_model_source(policy.model, zoo_dir)
+    tokenizer_dir = (
+        resolve_model_source(policy.tokenizer, zoo_dir) if policy.tokenizer else model_dir
+    )
+    check_model_source(model_dir, tokenizer_dir)
+    return model_dir, tokenizer_dir
+
+
 def resolve_models(config: RunConfig, zoo_dir: Path | None) -> dict[str, tuple[Path, Path]]:
     """Resolve and check every policy's model and tokenizer; report all problems at once."""
     resolved: dict[str, tuple[Path, Path]] = {}
     problems: list[str] = []
     for index, policy in enumerate(config.pool):
         try:
-            model_dir = resolve_model_source(policy.model, zoo_dir)
-            tokenizer_dir = (
-                resolve_model_source(policy.tokenizer, zoo_dir) if policy.tokenizer else model_dir
-            )
-            check_model_source(model_dir, tokenizer_dir)
+            resolved[policy.name] = policy_sources(policy, zoo_dir)
         except ModelSourceError as exc:
             problems.append(f"pool[{index}] ({policy.name}): {exc}")
-            continue
-        resolved[policy.name] = (model_dir, tokenizer_dir)
     if problems:
         raise RunSetupError("cannot load the pool's models:\n  " + "\n  ".join(problems))
     return resolved

@@ -45,10 +45,10 @@ from trainer.checkpoint import STATE_FILE, load_weights
 from trainer.config import ConfigError, PolicyConfig, RunConfig
 from trainer.evals.scoring import SCORERS, TaskResult
 from trainer.evals.suite import ChoiceItem, SuiteConfig, load_task_items
-from trainer.models import ModelSourceError, check_model_source, load_causal_lm, load_tokenizer
+from trainer.models import ModelSourceError, load_causal_lm, load_tokenizer
+from trainer.run import policy_sources
 from trainer.spool import Point, Spool, make_point
 from trainer.tasks.base import Problem
-from trainer.zoo import resolve_model_source
 
 EVAL_SPOOL_DIR = "evals"
 """The evaluation spool's directory inside the run directory (see the module docstring)."""
@@ -146,11 +146,7 @@ def load_policy_model(
     model and tokenizer, with the checkpoint's weights loaded over the model."""
     config = checkpoint.policy_config(policy)
     try:
-        model_dir = resolve_model_source(config.model, zoo_dir)
-        tokenizer_dir = (
-            resolve_model_source(config.tokenizer, zoo_dir) if config.tokenizer else model_dir
-        )
-        check_model_source(model_dir, tokenizer_dir)
+        model_dir, tokenizer_dir = policy_sources(config, zoo_dir)
     except ModelSourceError as exc:
         raise EvalError(f"cannot load {policy}'s base model: {exc}") from exc
     tokenizer = load_tokenizer(tokenizer_dir)
