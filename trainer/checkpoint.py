@@ -41,8 +41,19 @@ class CheckpointState:
         return {"step": self.step, "spool_offsets": self.spool_offsets}
 
 
+CHECKPOINTS_DIR = "checkpoints"
+"""The folder of a run directory that holds its ``step_NNNNNN`` checkpoints."""
+
+
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"step_{step:06d}"
+    return run_dir / CHECKPOINTS_DIR / f"step_{step:06d}"
+
+
+def read_state(state_file: Path) -> CheckpointState:
+    """The state a complete checkpoint recorded (``KeyError`` / ``ValueError`` /
+    ``TypeError`` when the file is not one the trainer wrote)."""
+    data = json.loads(state_file.read_text())
+    return CheckpointState(step=int(data["step"]), spool_offsets=data["spool_offsets"])
 
 
 def rng_state() -> dict[str, Any]:
@@ -132,10 +143,10 @@ def write_state(run_dir: Path, state: CheckpointState, *, keep_last: int = 2) ->
 
 def complete_checkpoints(run_dir: Path) -> list[CheckpointState]:
     """Every complete checkpoint, oldest first."""
-    states = []
-    for state_file in sorted((run_dir / "checkpoints").glob(f"step_*/{STATE_FILE}")):
-        data = json.loads(state_file.read_text())
-        states.append(CheckpointState(step=int(data["step"]), spool_offsets=data["spool_offsets"]))
+    states = [
+        read_state(state_file)
+        for state_file in (run_dir / CHECKPOINTS_DIR).glob(f"step_*/{STATE_FILE}")
+    ]
     return sorted(states, key=lambda s: s.step)
 
 

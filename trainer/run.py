@@ -53,6 +53,8 @@ from trainer.tasks import Problem, Task, get_reward, make_task
 from trainer.zoo import resolve_model_source
 
 log = logging.getLogger("trainer.run")
+CONFIG_FILE = "config.json"
+"""The run config a run directory holds (written on the first start, checked on resume)."""
 
 
 class RunSetupError(RuntimeError):
@@ -106,7 +108,7 @@ def resolve_models(config: RunConfig, zoo_dir: Path | None) -> dict[str, tuple[P
 
 def prepare_run_dir(run_dir: Path, config: RunConfig, *, resume: bool) -> None:
     """Create ``run_dir`` with ``config.json``, or check it matches when resuming."""
-    config_file = run_dir / "config.json"
+    config_file = run_dir / CONFIG_FILE
     if resume:
         if not config_file.exists():
             raise RunSetupError(f"--resume: {run_dir} holds no run (no config.json)")

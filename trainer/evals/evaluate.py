@@ -33,7 +33,6 @@ failed ship left behind is sent by the next evaluation or by ``python -m trainer
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from trainer.chat import format_prompt
-from trainer.checkpoint import STATE_FILE, load_weights
+from trainer.checkpoint import CHECKPOINTS_DIR, STATE_FILE, load_weights, read_state
 from trainer.config import ConfigError, PolicyConfig, RunConfig
 from trainer.evals.scoring import SCORERS, TaskResult
 from trainer.evals.suite import ChoiceItem, SuiteConfig, load_task_items
 from trainer.models import ModelSourceError, load_causal_lm, load_tokenizer
-from trainer.run import policy_sources
+from trainer.run import CONFIG_FILE, policy_sources
 from trainer.spool import Point, Spool, make_point
 from trainer.tasks.base import Problem
 
@@ -96,12 +95,12 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
             "<run_dir>/checkpoints/step_NNNNNN directory the trainer wrote"
         )
     try:
-        step = int(json.loads(state_file.read_text())["step"])
+        step = read_state(state_file).step
     except (ValueError, KeyError, TypeError) as exc:
         raise EvalError(f"{state_file} is unreadable ({exc}); is it a trainer checkpoint?") from exc
     run_dir = path.parent.parent
-    config_file = run_dir / "config.json"
-    if path.parent.name != "checkpoints" or not config_file.is_file():
+    config_file = run_dir / CONFIG_FILE
+    if path.parent.name != CHECKPOINTS_DIR or not config_file.is_file():
         raise EvalError(
             f"{path} is not inside a run directory (no {config_file}); evaluate a checkpoint "
             "where the trainer wrote it, <run_dir>/checkpoints/step_NNNNNN"
