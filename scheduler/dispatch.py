@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 RUN_SUBMIT = "scheduler.tasks.run_submit"
 RUN_CANCEL = "scheduler.tasks.run_cancel"
 """The tasks the services send, by name (scheduler/tasks.py registers them so)."""
+EVALUATION_SUBMIT = "scheduler.tasks.evaluation_submit"
+EVALUATION_CANCEL = "scheduler.tasks.evaluation_cancel"
+"""An evaluation job's submission and cancellation (:mod:`scheduler.evaluations`)."""
+EVALUATIONS_SYNC = "scheduler.tasks.evaluations_sync"
+"""Beat's following of evaluation jobs (never sent)."""
 SERIES_PACK = "scheduler.tasks.series_pack"
 """Beat's packing of finished runs' series (never sent: beat runs it on its own tick)."""
 
@@ -39,10 +44,10 @@ def enqueue_cancel(run: Run) -> None:
     transaction.on_commit(lambda: send(RUN_CANCEL, run.pk))
 
 
-def send(task_name: str, run_id: int) -> None:
-    """Send the task ``task_name`` for ``run_id`` by name; a broker failure is logged (the
-    sync's recovery sends lost submissions again)."""
+def send(task_name: str, object_id: int) -> None:
+    """Send the task ``task_name`` for ``object_id`` (a run's, an evaluation's) by name; a
+    broker failure is logged (the sync's recovery sends lost submissions again)."""
     try:
-        celery_app.send_task(task_name, args=[run_id])
+        celery_app.send_task(task_name, args=[object_id])
     except Exception as exc:  # noqa: BLE001 - any broker failure: the sync retries later
-        log.warning("could not enqueue %s for run %s: %s", task_name, run_id, exc)
+        log.warning("could not enqueue %s for %s: %s", task_name, object_id, exc)

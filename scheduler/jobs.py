@@ -1,4 +1,5 @@
-"""What a run's job is (:class:`JobSpec`) and the batch script that runs it.
+"""What a run's job is (:class:`JobSpec`) and the batch scripts that run it: the
+training job (:func:`render_script`) and an evaluation job (:func:`render_eval_script`).
 
 No user string reaches a shell unchecked: every field of a :class:`JobSpec` is validated
 against a strict pattern when the spec is built, and every value in the rendered script
@@ -22,6 +23,7 @@ TIME_LIMIT = re.compile(r"^(\d{1,3}-)?\d{1,3}:[0-5]\d:[0-5]\d$")  # [D-]HH:MM:SS
 PATH = re.compile(r"^/[A-Za-z0-9_./+-]{0,1000}$")  # absolute, no spaces or shell syntax
 URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9_./-]*)?$")
 CUDA_DEVICES = re.compile(r"^(\d{1,2}(,\d{1,2})*)?$")
+EVAL_STEPS = re.compile(r"^(final|all|none|\d{1,9}(,\d{1,9}){0,99})$")
 
 # Seconds before the time limit at which Slurm signals the batch shell (USR1): the
 # trainer checkpoints at the end of its step and the script requeues the job.
@@ -64,6 +66,9 @@ class JobSpec:
     cuda_visible_devices: tuple[str, ...] = field(default_factory=tuple)
     """Per policy (rank order), from the MWRA plan; empty on CPU."""
     zoo_dir: str = ""
+    job_dir: Path | None = None
+    """The job's own directory: script, log, exit code, pid (default ``<run_dir>/job``,
+    the training job's; an evaluation job has ``<run_dir>/evals/job-<id>``)."""
 
     def __post_init__(self) -> None:
         _check(self.run_id >= 1, "run_id", "must be a positive integer")
@@ -71,6 +76,8 @@ class JobSpec:
         _match(PATH, str(self.run_dir), "run_dir", "an absolute path of [A-Za-z0-9_./+-]")
         _match(PATH, self.python, "python", "an absolute path of [A-Za-z0-9_./+-]")
         _match(PATH, str(self.workdir), "workdir", "an absolute path of [A-Za-z0-9_./+-]")
+        if self.job_dir is not None:
+            _match(PATH, str(self.job_dir), "job_dir", "an absolute path of [A-Za-z0-9_./+-]")
         if self.zoo_dir:
             _match(PATH, self.zoo_dir, "zoo_dir", "an absolute path of [A-Za-z0-9_./+-]")
         if self.ingest_url:
@@ -89,25 +96,32 @@ class JobSpec:
     # --- files in the run directory ---------------------------------------------------
     @property
     def config_path(self) -> Path:
+        """The run's config (the training job's input)."""
         return self.run_dir / "job" / "config.json"
 
     @property
     def token_path(self) -> Path:
+        """The run's ingestion token (0600): every job of the run ships with it."""
         return self.run_dir / "job" / "ingest-token"
 
     @property
+    def own_dir(self) -> Path:
+        """The directory of this job's script, log, exit code and pid."""
+        return self.job_dir if self.job_dir is not None else self.run_dir / "job"
+
+    @property
     def script_path(self) -> Path:
-        return self.run_dir / "job" / "run.sbatch"
+        return self.own_dir / "run.sbatch"
 
     @property
     def log_path(self) -> Path:
         """stdout and stderr of the job (both backends)."""
-        return self.run_dir / "job" / "output.log"
+        return self.own_dir / "output.log"
 
     @property
     def exit_code_path(self) -> Path:
         """Written by the script when the trainer exits (the local backend reads it)."""
-        return self.run_dir / "job" / "exit-code"
+        return self.own_dir / "exit-code"
 
 
 def _check(ok: bool, field_name: str, message: str) -> None:
@@ -178,25 +192,7 @@ def render_script(spec: JobSpec, *, slurm: bool) -> str:
     q = shlex.quote
     lines = ["#!/bin/bash"]
     if slurm:
-        lines += [
-            f"#SBATCH --job-name={q('mrl-' + spec.name)}",
-            f"#SBATCH --output={q(str(spec.log_path))}",
-            "#SBATCH --open-mode=append",
-            f"#SBATCH --nodes={spec.nodes}",
-            f"#SBATCH --ntasks={spec.n_policies}",
-            f"#SBATCH --cpus-per-task={spec.cpus_per_task}",
-            f"#SBATCH --mem={spec.mem_gb}G",
-            f"#SBATCH --time={q(spec.time_limit)}",
-            "#SBATCH --requeue",
-        ]
-        lead = signal_lead_seconds(spec.time_limit)
-        if lead is not None:
-            lines.append(f"#SBATCH --signal=B:USR1@{lead}")
-        if spec.gpus_per_node:
-            lines.append(f"#SBATCH --gres=gpu:{spec.gpus_per_node}")
-        for option in ("partition", "account", "qos"):
-            if getattr(spec, option):
-                lines.append(f"#SBATCH --{option}={q(getattr(spec, option))}")
+        lines += sbatch_header(spec, ntasks=spec.n_policies, requeue=True)
     run_dir = q(str(spec.run_dir))
     lines += [
         "set -uo pipefail",
@@ -252,14 +248,101 @@ def render_script(spec: JobSpec, *, slurm: bool) -> str:
             "}",
             "trap on_usr1 USR1",
         ]
-    lines += [
+    lines += wait_for_child(spec, "trainer")
+    return "\n".join(lines) + "\n"
+
+
+def wait_for_child(spec: JobSpec, what: str) -> list[str]:
+    """The script's end: pass TERM/INT on to the backgrounded ``$child``, wait for it,
+    write its exit status to the job's ``exit-code`` and exit with it."""
+    return [
         "trap 'kill -TERM \"$child\" 2>/dev/null' TERM INT",
         'wait "$child"',
         "status=$?",
         # wait returns 128+n when interrupted by a trapped signal; wait again for the end.
         'while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done',
-        'echo "$status" > "$RUN_DIR/job/exit-code"',
-        'echo "[job] trainer exited with $status"',
+        f'echo "$status" > {shlex.quote(str(spec.exit_code_path))}',
+        f'echo "[job] {what} exited with $status"',
         'exit "$status"',
+    ]
+
+
+def sbatch_header(spec: JobSpec, *, ntasks: int, requeue: bool) -> list[str]:
+    """The ``#SBATCH`` lines of ``spec``'s batch script; ``requeue``: the training job's
+    ``--requeue`` and its pre-time-limit USR1 (an evaluation job is simply run again)."""
+    q = shlex.quote
+    lines = [
+        f"#SBATCH --job-name={q('mrl-' + spec.name)}",
+        f"#SBATCH --output={q(str(spec.log_path))}",
+        "#SBATCH --open-mode=append",
+        f"#SBATCH --nodes={spec.nodes}",
+        f"#SBATCH --ntasks={ntasks}",
+        f"#SBATCH --cpus-per-task={spec.cpus_per_task}",
+        f"#SBATCH --mem={spec.mem_gb}G",
+        f"#SBATCH --time={q(spec.time_limit)}",
+    ]
+    if requeue:
+        lines.append("#SBATCH --requeue")
+        lead = signal_lead_seconds(spec.time_limit)
+        if lead is not None:
+            lines.append(f"#SBATCH --signal=B:USR1@{lead}")
+    if spec.gpus_per_node:
+        lines.append(f"#SBATCH --gres=gpu:{spec.gpus_per_node}")
+    for option in ("partition", "account", "qos"):
+        if getattr(spec, option):
+            lines.append(f"#SBATCH --{option}={q(getattr(spec, option))}")
+    return lines
+
+
+@dataclass(frozen=True)
+class EvalCommand:
+    """What an evaluation job evaluates: ``python -m trainer eval-run``'s arguments."""
+
+    suite_path: Path
+    """The suite JSON in the job directory."""
+    steps: str = "final"
+    """``final``, ``all``, ``none`` or a comma list of checkpoint steps."""
+    include_base: bool = True
+    """Also the pool's base models (recorded at step 0)."""
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        _match(PATH, str(self.suite_path), "suite_path", "an absolute path of [A-Za-z0-9_./+-]")
+        _match(EVAL_STEPS, self.steps, "steps", "final, all, none or steps like 20,40")
+        _check(self.device in ("cpu", "cuda"), "device", "cpu or cuda")
+        _check(self.include_base or self.steps != "none", "steps", "nothing to evaluate")
+
+    def argv(self) -> list[str]:
+        args = ["--suite", str(self.suite_path), "--steps", self.steps, "--device", self.device]
+        return [*args, "--base"] if self.include_base else args
+
+
+def render_eval_script(spec: JobSpec, command: EvalCommand, *, slurm: bool) -> str:
+    """The bash script of an evaluation job: ``python -m trainer eval-run`` over the run
+    directory, writing its results under the job directory and shipping them to the
+    run's ingestion endpoint with the run's token; its exit status goes to the job's
+    ``exit-code`` like a training job's. One task, no requeue: an evaluation that did not
+    finish is simply launched again (its shipped points are idempotent)."""
+    q = shlex.quote
+    lines = ["#!/bin/bash"]
+    if slurm:
+        lines += sbatch_header(spec, ntasks=1, requeue=False)
+    lines += [
+        "set -uo pipefail",
+        f"cd {q(str(spec.workdir))}",
+        f"RUN_DIR={q(str(spec.run_dir))}",
+        f'export MRL_INGEST_TOKEN="$(cat {q(str(spec.token_path))} 2>/dev/null || true)"',
+    ]
+    if spec.zoo_dir:
+        lines.append(f"export MRL_ZOO_DIR={q(spec.zoo_dir)}")
+    args = [spec.python, "-m", "trainer", "eval-run", "--run-dir", str(spec.run_dir)]
+    args += [*command.argv(), "--out-dir", str(spec.own_dir / "results")]
+    if spec.ingest_url:
+        args += ["--ingest-url", spec.ingest_url]
+    lines += [
+        f'echo "[job] evaluation {spec.name} starting on $(hostname)"',
+        " ".join(q(arg) for arg in args) + " &",
+        "child=$!",
+        *wait_for_child(spec, "evaluation"),
     ]
     return "\n".join(lines) + "\n"

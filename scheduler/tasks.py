@@ -10,7 +10,7 @@ from celery import Task, shared_task
 from celery.signals import worker_init, worker_ready
 from django.conf import settings
 
-from scheduler import cancel, dispatch, packing, submit, sync, watchdog
+from scheduler import cancel, dispatch, evaluations, packing, submit, sync, watchdog
 from scheduler.backends import BackendError
 from webapp.core.services import heartbeat_record
 
@@ -89,6 +89,39 @@ def run_cancel(self: Task, run_id: int) -> str:
     """Stop run ``run_id``'s job and mark it cancelled."""
     try:
         return cancel.cancel(run_id)
+    except BackendError as exc:
+        if exc.transient and self.request.retries < MAX_RETRIES:
+            raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+        raise
+
+
+# --- evaluations ---------------------------------------------------------------------------
+@shared_task(bind=True, name=dispatch.EVALUATION_SUBMIT, max_retries=MAX_RETRIES)
+def evaluation_submit(self: Task, evaluation_id: int) -> str:
+    """Claim queued evaluation ``evaluation_id`` and start its job (a replay is skipped)."""
+    try:
+        return evaluations.submit(evaluation_id)
+    except BackendError as exc:
+        if exc.transient and self.request.retries < MAX_RETRIES:
+            raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+        raise
+
+
+@shared_task(name=dispatch.EVALUATIONS_SYNC)
+def evaluations_sync() -> dict[str, int]:
+    """Beat: follow evaluation jobs, queue automatic evaluations, re-send lost ones."""
+    try:
+        return evaluations.sync()
+    except BackendError as exc:  # the next tick tries again
+        logger.warning("evaluation sync skipped: %s", exc)
+        return {}
+
+
+@shared_task(bind=True, name=dispatch.EVALUATION_CANCEL, max_retries=MAX_RETRIES)
+def evaluation_cancel(self: Task, evaluation_id: int) -> str:
+    """Stop evaluation ``evaluation_id``'s job and mark it cancelled."""
+    try:
+        return evaluations.cancel(evaluation_id)
     except BackendError as exc:
         if exc.transient and self.request.retries < MAX_RETRIES:
             raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc

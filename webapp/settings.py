@@ -261,6 +261,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "scheduler.tasks.runs_sync",
         "schedule": env.float("MRL_STATUS_SYNC_SECONDS", default=5.0),
     },
+    # Follows evaluation jobs and queues automatic evaluations (scheduler/evaluations.py).
+    "evaluations-sync": {
+        "task": "scheduler.tasks.evaluations_sync",
+        "schedule": env.float("MRL_EVAL_SYNC_SECONDS", default=5.0),
+    },
     # Packs finished runs' series for comparisons (scheduler/packing.py), on its own tick:
     # a slow pack never delays the status sync. The name is scheduler.dispatch.SERIES_PACK.
     "series-pack": {

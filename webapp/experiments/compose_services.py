@@ -1,4 +1,5 @@
-"""Write-side operations on the model registry (the experiment writes are in services.py)."""
+"""Write-side operations on the model registry and the evaluation-suite registry (the
+experiment writes are in services.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from webapp.experiments.models import Lab, ModelEntry
+from webapp.experiments.models import EvalSuite, Experiment, Lab, ModelEntry
 
 ENTRY_FIELDS = (
     "name",
@@ -37,3 +38,34 @@ def model_entry_update(entry: ModelEntry, **values: Any) -> ModelEntry:
 def model_entry_delete(entry: ModelEntry) -> None:
     """Remove ``entry``. Experiments keep working: their configs hold the source itself."""
     entry.delete()
+
+
+# --- evaluation suites ---------------------------------------------------------------------
+SUITE_FIELDS = ("name", "description", "tasks")
+
+
+def eval_suite_create(*, owner: AbstractBaseUser, lab: Lab, **values: Any) -> EvalSuite:
+    """Add a suite to ``lab``; ``values`` are SUITE_FIELDS, already validated (tasks: the
+    ``[{"name", "type", "path", "limit"}]`` list, paths absolute)."""
+    return EvalSuite.objects.create(
+        lab=lab, owner=owner, **{name: values[name] for name in SUITE_FIELDS if name in values}
+    )
+
+
+def eval_suite_update(suite: EvalSuite, **values: Any) -> EvalSuite:
+    for name in SUITE_FIELDS:
+        if name in values:
+            setattr(suite, name, values[name])
+    suite.save()
+    return suite
+
+
+def eval_suite_auto_users(suite: EvalSuite) -> int:
+    """How many experiments evaluate their runs on ``suite`` automatically."""
+    return Experiment.objects.filter(auto_eval_suite=suite).count()
+
+
+def eval_suite_delete(suite: EvalSuite) -> None:
+    """Remove ``suite``. Its evaluations keep their results and the suite as it was when
+    queued (``suite_config``); experiments that evaluated on it automatically stop."""
+    suite.delete()

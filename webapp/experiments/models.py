@@ -12,6 +12,10 @@
 - :class:`SeriesPack`: a finished series' points packed into two byte strings, a read
   copy for comparisons (:mod:`webapp.experiments.series_packs`).
 - :class:`TransferEvent`: the peer-transfer log (SPEC 4.5).
+- :class:`EvalSuite`: the lab's evaluation suites (local task files,
+  :class:`trainer.evals.suite.SuiteConfig`).
+- :class:`Evaluation`: one evaluation job: a suite on checkpoints of a run (and its base
+  models); its results are the run's ``eval/<suite>/<task>/...`` metric series.
 """
 
 from __future__ import annotations
@@ -153,6 +157,15 @@ class Experiment(models.Model):
     )
     tags = models.ManyToManyField(Tag, blank=True, related_name="experiments")
     notes = models.TextField(blank=True)
+    auto_eval_suite = models.ForeignKey(
+        "EvalSuite",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Evaluate each run's base models and final checkpoint on this suite when "
+        "the run completes",
+    )
     cloned_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
     )
@@ -370,3 +383,94 @@ class TransferEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}@{self.step} {self.source}->{self.target} {self.kind}"
+
+
+class EvalSuite(models.Model):
+    """An evaluation suite of the lab: a named list of local task files, each with a type
+    (the JSON of :class:`trainer.evals.suite.SuiteConfig`, task paths absolute). Its name
+    is the ``<suite>`` of the ``eval/<suite>/<task>/accuracy`` metric keys."""
+
+    lab = models.ForeignKey(Lab, on_delete=models.CASCADE, related_name="eval_suites")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="eval_suites"
+    )
+    name = models.CharField(max_length=64, validators=[NAME_VALIDATOR])
+    description = models.TextField(blank=True)
+    tasks = models.JSONField(help_text='[{"name", "type", "path", "limit"}], paths absolute')
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["lab", "name"], name="eval_suite_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("experiments:suite_detail", args=[self.pk])
+
+    @property
+    def config(self) -> dict[str, object]:
+        """The suite as the trainer reads it (``--suite`` JSON)."""
+        return {"name": self.name, "tasks": self.tasks}
+
+
+class Evaluation(models.Model):
+    """One evaluation job: a suite on chosen checkpoints of a run, and optionally the
+    pool's base models (recorded at step 0). It runs on the run's backend like a training
+    job (:mod:`scheduler.evaluations`); its results arrive through the ingestion API as the
+    run's ``eval/...`` series, so they are stored like every other metric."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        SUBMITTED = "submitted"
+        PENDING = "pending"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    TERMINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED})
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evaluations")
+    suite = models.ForeignKey(
+        EvalSuite, null=True, on_delete=models.SET_NULL, related_name="evaluations"
+    )
+    suite_config = models.JSONField(help_text="The suite as it was when the job was queued")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="evaluations"
+    )
+    steps = models.CharField(
+        max_length=200, default="final", help_text="final | all | N[,N...] (checkpoints)"
+    )
+    include_base = models.BooleanField(default=True, help_text="also the base models, at step 0")
+    automatic = models.BooleanField(default=False, help_text="queued by the run's completion")
+    state = models.CharField(
+        max_length=16, choices=State.choices, default=State.QUEUED, db_index=True
+    )
+    backend = models.CharField(max_length=16, blank=True)
+    job_id = models.CharField(max_length=32, blank=True)
+    node = models.CharField(max_length=255, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"evaluation {self.pk} of run {self.run_id} on {self.suite_name}"
+
+    @property
+    def suite_name(self) -> str:
+        return str(self.suite_config.get("name", "?"))
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.TERMINAL_STATES

@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
-from webapp.experiments.models import Experiment, Lab, ModelEntry, Run
+from webapp.experiments.models import EvalSuite, Evaluation, Experiment, Lab, ModelEntry, Run
 
 AnyUser = AbstractBaseUser | AnonymousUser
 M = TypeVar("M", bound=Model)
@@ -29,23 +29,27 @@ def lab_ids(user: AnyUser) -> list[int]:
     return list(user.lab_memberships.values_list("lab_id", flat=True))  # type: ignore[union-attr]
 
 
-def lab_of(obj: Experiment | Run | ModelEntry) -> int:
+def lab_of(obj: Experiment | Run | ModelEntry | Evaluation) -> int:
     if isinstance(obj, Run):
         return obj.experiment.lab_id
+    if isinstance(obj, Evaluation):
+        return obj.run.experiment.lab_id
     return obj.lab_id
 
 
-def owner_of(obj: Experiment | Run | ModelEntry) -> int:
+def owner_of(obj: Experiment | Run | ModelEntry | Evaluation) -> int:
+    """Who changes ``obj``: a run's experiment's owner; an evaluation's own owner (who
+    launched it)."""
     if isinstance(obj, Run):
         return obj.experiment.owner_id
     return obj.owner_id
 
 
-def can_view(user: AnyUser, obj: Experiment | Run | ModelEntry) -> bool:
+def can_view(user: AnyUser, obj: Experiment | Run | ModelEntry | Evaluation) -> bool:
     return user.is_authenticated and (user.is_staff or lab_of(obj) in lab_ids(user))
 
 
-def can_edit(user: AnyUser, obj: Experiment | Run | ModelEntry) -> bool:
+def can_edit(user: AnyUser, obj: Experiment | Run | ModelEntry | Evaluation) -> bool:
     """Owner or staff: edit, launch, cancel, delete."""
     return user.is_authenticated and (user.is_staff or owner_of(obj) == user.pk)
 
@@ -60,6 +64,10 @@ def visible_runs(user: AnyUser) -> QuerySet[Run]:
 
 def visible_models(user: AnyUser) -> QuerySet[ModelEntry]:
     return ModelEntry.objects.filter(lab_id__in=lab_ids(user))
+
+
+def visible_suites(user: AnyUser) -> QuerySet[EvalSuite]:
+    return EvalSuite.objects.filter(lab_id__in=lab_ids(user))
 
 
 def get_viewable(user: AnyUser, queryset: QuerySet[M], pk: int) -> M:

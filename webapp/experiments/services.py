@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from trainer.config import ConfigError, RunConfig
 from webapp.experiments.models import (
+    EvalSuite,
     Experiment,
     Lab,
     LabMembership,
@@ -112,6 +113,7 @@ def experiment_create(
     tags: Iterable[str] = (),
     lab: Lab | None = None,
     cloned_from: Experiment | None = None,
+    auto_eval_suite: EvalSuite | None = None,
 ) -> Experiment:
     """Store a validated experiment. ``config`` must pass ``RunConfig.from_dict``."""
     run_config = RunConfig.from_dict(config)  # raises ConfigError
@@ -129,6 +131,7 @@ def experiment_create(
             resources=dict(resources or {}),
             notes=notes,
             cloned_from=cloned_from,
+            auto_eval_suite=auto_eval_suite,
         )
         experiment.tags.set(tags_resolve(lab, tags))
     return experiment
@@ -176,7 +179,15 @@ def experiment_clone(experiment: Experiment, *, owner: AbstractBaseUser) -> Expe
         tags=[tag.name for tag in experiment.tags.all()],
         lab=experiment.lab,
         cloned_from=experiment,
+        auto_eval_suite=experiment.auto_eval_suite,
     )
+
+
+def experiment_auto_eval_set(experiment: Experiment, suite: EvalSuite | None) -> None:
+    """Evaluate each run of ``experiment`` on ``suite`` when it completes (None: don't);
+    beat's ``evaluations_sync`` queues the evaluations (:mod:`scheduler.evaluations`)."""
+    experiment.auto_eval_suite = suite
+    experiment.save(update_fields=["auto_eval_suite", "updated_at"])
 
 
 def copy_name(name: str) -> str:
@@ -283,6 +294,7 @@ def sweep_create(
                 description=f"Sweep {name}: {description}".strip(": "),
                 lab=source.lab,
                 tags=["sweep", name],
+                auto_eval_suite=source.auto_eval_suite,
             )
             experiment.sweep = sweep
             experiment.save(update_fields=["sweep"])

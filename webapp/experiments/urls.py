@@ -2,7 +2,14 @@
 
 from django.urls import path
 
-from webapp.experiments import views_compare, views_compose, views_csv, views_pages
+from webapp.experiments import (
+    views_compare,
+    views_compose,
+    views_csv,
+    views_evals,
+    views_pages,
+    views_suites,
+)
 
 app_name = "experiments"
 urlpatterns = [
@@ -24,6 +31,16 @@ urlpatterns = [
     path("runs/<int:pk>/annotate/", views_pages.run_annotate, name="run_annotate"),
     path("runs/<int:pk>/curves.csv", views_csv.run_curves_csv, name="run_curves_csv"),
     path("runs/<int:pk>/metric.csv", views_csv.run_metric_csv, name="run_metric_csv"),
+    # evaluations of a run
+    path(
+        "experiments/<int:pk>/auto-eval/",
+        views_evals.experiment_auto_eval,
+        name="experiment_auto_eval",
+    ),
+    path("runs/<int:pk>/evaluate/", views_evals.run_evaluate, name="run_evaluate"),
+    path("runs/<int:pk>/evaluations/", views_evals.run_evaluations, name="run_evaluations"),
+    path("evaluations/<int:pk>/cancel/", views_evals.evaluation_cancel, name="evaluation_cancel"),
+    path("evaluations/<int:pk>/log/", views_evals.evaluation_log, name="evaluation_log"),
     # sweeps and comparisons
     path("experiments/<int:pk>/sweep/", views_compare.sweep_create, name="sweep_create"),
     path("sweeps/", views_compare.sweep_list, name="sweep_list"),
@@ -37,4 +54,10 @@ urlpatterns = [
     path("models/new/", views_compose.model_create, name="model_create"),
     path("models/<int:pk>/edit/", views_compose.model_edit, name="model_edit"),
     path("models/<int:pk>/delete/", views_compose.model_delete, name="model_delete"),
+    # evaluation suites
+    path("suites/", views_suites.suite_list, name="suite_list"),
+    path("suites/new/", views_suites.suite_create, name="suite_create"),
+    path("suites/<int:pk>/", views_suites.suite_detail, name="suite_detail"),
+    path("suites/<int:pk>/edit/", views_suites.suite_edit, name="suite_edit"),
+    path("suites/<int:pk>/delete/", views_suites.suite_delete, name="suite_delete"),
 ]

@@ -28,9 +28,11 @@ from trainer.regimes import REGIMES, regime_spec
 from trainer.wire import event_kinds
 from webapp.core.selectors import worker_status
 from webapp.experiments import services
+from webapp.experiments.evaluations import checkpoint_steps
 from webapp.experiments.filters import experiment_filter_form, run_filter_form
+from webapp.experiments.forms.evaluate import EvaluateForm
 from webapp.experiments.metric_groups import families_as_json, groups_as_json, metrics_as_json
-from webapp.experiments.models import Experiment, Run
+from webapp.experiments.models import EvalSuite, Experiment, Run
 from webapp.experiments.permissions import can_edit, get_editable, get_viewable
 from webapp.experiments.selectors import (
     experiment_run_summary,
@@ -77,6 +79,7 @@ def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "placement": experiment.resources.get("placement"),
         "resources": {k: v for k, v in experiment.resources.items() if k != "placement"},
         "can_edit": can_edit(request.user, experiment),
+        "eval_suites": EvalSuite.objects.filter(lab=experiment.lab_id),
         "worker": worker_status(),
     }
     return render(request, "experiments/experiment_detail.html", context)
@@ -147,6 +150,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "log": reverse("experiments:run_log", args=[run.pk]),
             "curvesCsv": reverse("experiments:run_curves_csv", args=[run.pk]),
             "metricCsv": reverse("experiments:run_metric_csv", args=[run.pk]),
+            "evaluations": reverse("experiments:run_evaluations", args=[run.pk]),
         },
         "pollMs": 2000,
     }
@@ -160,9 +164,19 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_edit": can_edit(request.user, run),
         "new_token": request.session.pop(f"run-token-{run.pk}", None),
         **_transfer_panel(run.config),
+        **_evaluation_panel(run),
         "worker": worker_status(),
     }
     return render(request, "experiments/run_detail.html", context)
+
+
+def _evaluation_panel(run: Run) -> dict[str, Any]:
+    """The evaluation panel's context: the "Evaluate" form once the run has a directory
+    and its lab a suite, and the checkpoints it offers."""
+    checkpoints = checkpoint_steps(run)
+    has_suites = EvalSuite.objects.filter(lab=run.experiment.lab_id).exists()
+    form = EvaluateForm(run=run, steps=checkpoints) if has_suites and run.run_dir else None
+    return {"eval_form": form, "checkpoints": checkpoints, "has_suites": has_suites}
 
 
 def _transfer_panel(config: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ trainer config is :mod:`webapp.experiments.compose`.
 - :mod:`.sections`: the config sections' forms (generated, the task's with its data paths);
 - :mod:`.config_import`: the "Import config JSON" box and what an imported config lacks;
 - :mod:`.model_entry`: a model registry entry;
+- :mod:`.suite`: an evaluation suite (its tasks, their files checked);
 - :mod:`.common`: the name and tokenizer checks these share.
 """
 
@@ -34,6 +35,7 @@ from webapp.experiments.forms.model_entry import ModelEntryForm
 from webapp.experiments.forms.policy import BasePolicyFormSet, PolicyForm, PolicyFormSet
 from webapp.experiments.forms.resources import RESOURCE_FIELDS, ResourcesForm
 from webapp.experiments.forms.sections import SECTION_FORMS, TaskSectionForm, section_form
+from webapp.experiments.forms.suite import SuiteForm
 
 __all__ = [
     "MAX_IMPORT_BYTES",
@@ -52,6 +54,7 @@ __all__ = [
     "PolicyForm",
     "PolicyFormSet",
     "ResourcesForm",
+    "SuiteForm",
     "TaskSectionForm",
     "check_name",
     "checked_tokenizer",

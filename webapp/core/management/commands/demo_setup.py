@@ -1,6 +1,8 @@
-"""Prepare the embedded demo: a demo user in the lab, the tiny zoo in the registry and,
-with ``--sweep``, a demo sweep: one 3-policy pool trained under ``standalone`` and under
-``sgt`` on the local backend (CPU, a few minutes), launched at once.
+"""Prepare the embedded demo: a demo user in the lab, the tiny zoo in the registry, the
+trainer's synthetic evaluation suite (written to ``<var>/suites/synthetic``) in the suite
+registry and, with ``--sweep``, a demo sweep: one 3-policy pool trained under
+``standalone`` and under ``sgt`` on the local backend (CPU, a few minutes), launched at
+once; each run is evaluated on the synthetic suite when it completes.
 
 Idempotent: running it again changes nothing (the sweep is launched only once).
 """
@@ -9,12 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 
 from scheduler.launch import experiment_launch
+from trainer.evals.suite import SuiteConfig
+from trainer.evals.synthetic import write_synthetic_suite
 from trainer.zoo import ZOO_IDS
-from webapp.experiments.models import Experiment, ModelEntry, Run
+from webapp.experiments.models import EvalSuite, Experiment, Lab, ModelEntry, Run
 from webapp.experiments.services import experiment_create, lab_join
 
 ZOO_FAMILIES = {"tiny-llama-char": "llama", "tiny-qwen-bpe": "qwen2", "tiny-gpt2-unigram": "gpt2"}
@@ -70,13 +75,30 @@ class Command(BaseCommand):
                     "notes": "Tiny zoo model built by `python -m trainer zoo build`.",
                 },
             )
+        suite = self._demo_suite(user, lab)
         state = "created" if created else "exists"
         self.stdout.write(f"demo user {username!r} {state}; log in with password {password!r}")
         if sweep:
-            for run in self._demo_sweep(user):
+            for run in self._demo_sweep(user, suite):
                 self.stdout.write(f"  {run.regime:<10} run {run.pk}: {run.get_absolute_url()}")
 
-    def _demo_sweep(self, user: Any) -> list[Run]:
+    def _demo_suite(self, user: Any, lab: Lab) -> EvalSuite:
+        """The synthetic suite (seed 0, 32 items a task) in the lab's suite registry."""
+        path = write_synthetic_suite(settings.VAR_DIR / "suites" / "synthetic", seed=0, size=32)
+        config = SuiteConfig.from_file(path)
+        suite, _ = EvalSuite.objects.get_or_create(
+            lab=lab,
+            name=config.name,
+            defaults={
+                "owner": user,
+                "tasks": config.to_dict()["tasks"],
+                "description": "Built by `python -m trainer eval-suite synthetic`: the four "
+                "arithmetic skills, a multiple-choice task and templated word problems.",
+            },
+        )
+        return suite
+
+    def _demo_sweep(self, user: Any, suite: EvalSuite) -> list[Run]:
         """The demo's runs, launched on first use (one experiment per regime, seed 0)."""
         runs = []
         for regime in DEMO_REGIMES:
@@ -89,6 +111,7 @@ class Command(BaseCommand):
                     resources={"backend": "local", "partition": "local"},
                     description="The embedded demo: standalone GRPO vs success-gated transfer.",
                     tags=["demo"],
+                    auto_eval_suite=suite,
                 )
                 runs += experiment_launch(experiment)
             else:
