@@ -1,6 +1,8 @@
 // The compare page: mean curves with bands per group, one panel per (policy, metric),
 // and the summary table. Data, smoothing and grouping come from the server
 // (/api/v1/compare), the same code that renders the exports, so screen and paper agree.
+// The "View" choice swaps the curves for a bar view (compare-bars.js, from
+// /api/v1/compare/bars): per-task evaluation or the relative improvement over a baseline.
 //
 // Every string from the server goes into the page through textContent (never innerHTML).
 "use strict";
@@ -130,16 +132,57 @@
     }
   }
 
+  function setBarExportLinks(spec) {
+    for (const link of document.querySelectorAll("#bar-exports a[data-bar-export]")) {
+      const params = new URLSearchParams(spec);
+      if (link.dataset.columns) params.set("columns", link.dataset.columns);
+      link.href = config.urls.bars_file.replace("FMT", link.dataset.barExport) + "?" + params;
+    }
+  }
+
+  function currentView() {
+    const select = controls.elements.namedItem("view");
+    return select && select.value ? select.value : "curves";
+  }
+
+  function showView(view) {
+    document.getElementById("curves-card").hidden = view !== "curves";
+    document.getElementById("bars-card").hidden = view === "curves";
+    for (const node of document.querySelectorAll("[data-for-view]")) node.hidden = node.dataset.forView !== view;
+  }
+
+  function renderBars(data) {
+    document.getElementById("bars-title").textContent = data.title;
+    const empty = document.getElementById("bars-empty");
+    empty.textContent = data.empty || "";
+    empty.hidden = !data.empty;
+    window.CompareBars.render(document.getElementById("bar-panels"), data);
+    const options = document.getElementById("baseline-options");
+    options.replaceChildren(...data.groups.map((group) => el("option", { value: group.label })));
+    const baseline = controls.elements.namedItem("baseline");
+    if (baseline && data.baseline) baseline.placeholder = data.baseline;
+  }
+
   async function refresh() {
     const params = viewParams();
+    const view = currentView();
     const summaryMetric = document.getElementById("summary-metric-select").value || "val/reward@1";
     const notes = document.getElementById("compare-notes");
     history.replaceState(null, "", "?" + pageParams());
     document.getElementById("save-query").value = pageParams().toString();
+    showView(view);
     try {
-      const data = await getJSON(config.urls.data, params);
-      renderPanels(data, params.get("log_y") === "1");
-      notes.textContent = (data.notes || []).join(" ");
+      let data;
+      if (view === "curves") {
+        data = await getJSON(config.urls.data, params);
+        renderPanels(data, params.get("log_y") === "1");
+      } else {
+        data = await getJSON(config.urls.bars, params);
+        renderBars(data);
+        setBarExportLinks(data.spec);
+      }
+      // The bar view's "nothing to draw" reason is shown in its card, not again here.
+      notes.textContent = (data.notes || []).filter((note) => note !== data.empty).join(" ");
       notes.classList.remove("error");
       const summaryParams = new URLSearchParams(data.spec);
       summaryParams.set("table_metric", summaryMetric);
@@ -148,6 +191,7 @@
     } catch (error) {
       notes.textContent = String(error.message || error);
       notes.classList.add("error");
+      if (view !== "curves") document.getElementById("bar-panels").replaceChildren();
     }
   }
 

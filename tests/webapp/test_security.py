@@ -34,6 +34,8 @@ from scheduler.run_job import job_spec
 from tests.webapp.test_api_support import event, point, post_batch
 from webapp.experiments import services
 from webapp.experiments.models import (
+    EvalSuite,
+    Evaluation,
     Experiment,
     ModelEntry,
     Run,
@@ -155,7 +157,14 @@ def objects(alice: User, make_experiment: Callable[..., Experiment]) -> dict[str
         lab=experiment.lab, owner=alice, name="c", slug="s1", query=f"runs={run.pk}"
     )
     event = TransferEvent.objects.create(run=run, step=1, source="a", target="b", kind="success")
+    tasks = [{"name": "t", "type": "math", "path": "/nonexistent/t.jsonl", "limit": None}]
+    suite = EvalSuite.objects.create(lab=experiment.lab, owner=alice, name="s", tasks=tasks)
+    evaluation = Evaluation.objects.create(
+        run=run, suite=suite, suite_config=suite.config, owner=alice
+    )
     return {
+        "suites": suite,
+        "evaluations": evaluation,
         "experiments": experiment,
         "runs": run,
         "models": entry,
@@ -167,6 +176,7 @@ def objects(alice: User, make_experiment: Callable[..., Experiment]) -> dict[str
 
 OBJECT_OF_SEGMENT = {"experiments": "experiments", "runs": "runs", "models": "models"}
 OBJECT_OF_SEGMENT |= {"sweeps": "sweeps", "saved": "saved", "events": "events"}
+OBJECT_OF_SEGMENT |= {"suites": "suites", "evaluations": "evaluations"}
 
 
 def concrete(route: str, objects: dict[str, Any]) -> tuple[str, str | None]:
@@ -196,6 +206,9 @@ def snapshot(objects: dict[str, Any]) -> tuple[Any, ...]:
         list(ModelEntry.objects.values_list("pk", "name", "source")),
         Sweep.objects.count(),
         SavedComparison.objects.count(),
+        list(EvalSuite.objects.values_list("pk", "name", "tasks")),
+        list(Evaluation.objects.values_list("pk", "state")),
+        Experiment.objects.exclude(auto_eval_suite=None).count(),
     )
 
 
@@ -257,6 +270,9 @@ def test_the_state_changing_views_are_all_found(charlie: User, objects: dict[str
         *("experiments:sweep_create", "experiments:comparison_save"),
         *("experiments:model_create", "experiments:model_edit"),
         *("experiments:model_delete", "login", "logout", "api:ingest"),
+        *("experiments:suite_create", "experiments:suite_edit", "experiments:suite_delete"),
+        *("experiments:run_evaluate", "experiments:evaluation_cancel"),
+        "experiments:experiment_auto_eval",
     } <= found
 
 

@@ -343,6 +343,10 @@ def _reply_schemas(kinds: tuple[str, ...]) -> dict[str, Any]:
             "type": "object",
             "description": "A summary table (webapp.compare.serialize.summary_json).",
         },
+        "ComparisonBars": {
+            "type": "object",
+            "description": "A bar view of a comparison (webapp.compare.serialize.bars_json).",
+        },
     }
 
 
@@ -536,6 +540,17 @@ def _paths(kinds: tuple[str, ...]) -> dict[str, Any]:
                 *SPEC_QUERY,
                 _query("table_metric", {"type": "string"}, "Default: the last metric"),
                 _query("lower_is_better", {"type": "string"}, "1: lower values are better"),
+            ],
+        ),
+        "/api/v1/compare/bars": _read(
+            "A comparison's bar view: per-task evaluation or relative improvement",
+            "ComparisonBars",
+            [
+                *SPEC_QUERY,
+                _query("view", {"type": "string", "enum": ["tasks", "relative"]}),
+                _query("suite", {"type": "string"}, "Evaluation suite; default: the first"),
+                _query("score", {"type": "string", "enum": ["accuracy", "acc_norm"]}),
+                _query("baseline", {"type": "string"}, "Group label; default: standalone"),
             ],
         ),
         "/api/v1/worker": {

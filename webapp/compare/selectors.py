@@ -51,7 +51,18 @@ from webapp.compare.assemble import (
     summaries_from_rows,
     summary_assemble,
 )
-from webapp.compare.spec import ComparisonSpec
+from webapp.compare.bars import (
+    NO_EVALUATIONS,
+    BarChart,
+    BarOptions,
+    FinalValue,
+    choose_baseline,
+    eval_key,
+    eval_suites,
+    per_task,
+    relative,
+)
+from webapp.compare.spec import ComparisonSpec, SpecError
 from webapp.compare.stats import RunSummary
 from webapp.experiments import series_packs
 from webapp.experiments.models import MetricPoint, MetricSeries, Run
@@ -294,3 +305,159 @@ def summary_build(
         lower_is_better=lower_is_better,
         notes=notes,
     )
+
+
+# --------------------------------------------------------------------------- bar views
+
+
+_FINAL_SQL = f"""
+    SELECT s.run_id, s.policy, s.key, last.step, last.value, base.value
+    FROM {{series}} AS s
+    LEFT JOIN LATERAL (
+        SELECT p.step, p.value FROM {{points}} AS p
+        WHERE p.series_id = s.id AND {_FINITE}
+        ORDER BY p.step DESC LIMIT 1
+    ) AS last ON true
+    LEFT JOIN {{points}} AS base ON base.series_id = s.id AND base.step = 0
+    WHERE s.run_id = ANY(%(runs)s) AND s.policy = ANY(%(policies)s) AND s.key = ANY(%(keys)s)
+"""
+# The series by the (run, policy, key) unique index; per series its last finite point
+# (a backward scan of the primary key (series, step), which stops at the first finite
+# value) and its point at step 0 (one lookup).
+
+
+def final_values(
+    run_ids: Sequence[int], policies: Sequence[str], keys: Sequence[str]
+) -> dict[tuple[int, str, str], FinalValue]:
+    """Per existing series of ``run_ids`` x ``policies`` x ``keys``: its last finite
+    value and that step, and its value at step 0 (:class:`webapp.compare.bars.FinalValue`),
+    in one statement on PostgreSQL."""
+    if not (run_ids and policies and keys):
+        return {}
+    if connection.vendor != "postgresql":
+        return final_values_portable(run_ids, policies, keys)
+    params = {"runs": list(run_ids), "policies": list(policies), "keys": list(keys)}
+    sql = _FINAL_SQL.format(series=_table(MetricSeries), points=_table(MetricPoint))
+    found = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for run_id, policy, key, step, value, base in cursor.fetchall():
+            found[(run_id, policy, key)] = FinalValue(
+                final=math.nan if value is None else float(value),
+                step=None if step is None else int(step),
+                base=math.nan if base is None else float(base),
+            )
+    return found
+
+
+def final_values_portable(
+    run_ids: Sequence[int], policies: Sequence[str], keys: Sequence[str]
+) -> dict[tuple[int, str, str], FinalValue]:
+    """:func:`final_values` in Python from every point (any database; the reference of
+    the tests)."""
+    series = {
+        pk: (run_id, policy, key)
+        for pk, run_id, policy, key in MetricSeries.objects.filter(
+            run_id__in=run_ids, policy__in=policies, key__in=keys
+        ).values_list("id", "run_id", "policy", "key")
+    }
+    last: dict[int, tuple[int, float]] = {}
+    base: dict[int, float] = {}
+    rows = (
+        MetricPoint.objects.filter(series_id__in=list(series))
+        .order_by("series_id", "step")
+        .values_list("series_id", "step", "value")
+    )
+    for series_id, step, value in rows:
+        value = math.nan if value is None else float(value)
+        if step == 0:
+            base[series_id] = value
+        if math.isfinite(value):
+            last[series_id] = (step, value)
+    found = {}
+    for pk, name in series.items():
+        step, value = last.get(pk, (None, math.nan))
+        found[name] = FinalValue(final=value, step=step, base=base.get(pk, math.nan))
+    return found
+
+
+def eval_keys(run_ids: Sequence[int]) -> list[str]:
+    """The distinct ``eval/...`` keys of ``run_ids``' series (the unique index's range
+    on run, then the key prefix)."""
+    return sorted(
+        MetricSeries.objects.filter(run_id__in=run_ids, key__startswith="eval/")
+        .values_list("key", flat=True)
+        .distinct()
+    )
+
+
+def bars_build(*, spec: ComparisonSpec, runs: Sequence[Run], options: BarOptions) -> BarChart:
+    """The bar view ``options.view`` of ``runs`` (visible, the spec's): per-task
+    evaluation of a suite, or the relative improvement over the baseline group.
+
+    Raises :class:`webapp.compare.spec.SpecError` for a suite the runs were not evaluated
+    on or a baseline that is no group."""
+    notes: list[str] = []
+    groups = groups_of(runs, spec.group_by)
+    policies = policies_of(runs, spec, notes)
+    run_ids = [run.pk for run in runs]
+    chart = BarChart(
+        view=options.view,
+        spec=spec,
+        options=options,
+        groups=groups,
+        panels=[],
+        notes=notes,
+        runs=list(runs),
+    )
+    if options.view == "tasks":
+        keys = eval_keys(run_ids)
+        chart.suites = eval_suites(keys, options.score)
+        if not chart.suites:
+            if options.score != "accuracy" and eval_suites(keys):
+                chart.empty = (
+                    f"No {options.score} in these runs' evaluations: it is logged for "
+                    "multiple-choice tasks only."
+                )
+            else:
+                chart.empty = NO_EVALUATIONS
+            notes.append(chart.empty)
+            return chart
+        suite = options.suite or next(iter(chart.suites))
+        if suite not in chart.suites:
+            shown = ", ".join(chart.suites)
+            raise SpecError(
+                f"suite: these runs have no {options.score} results of suite {suite!r}; "
+                f"their suites: {shown}"
+            )
+        chart.suite = suite
+        tasks = chart.suites[suite]
+        wanted = [eval_key(suite, task, options.score) for task in tasks]
+        values = final_values(run_ids, policies, wanted)
+        chart.panels = per_task(
+            groups=groups,
+            policies=policies,
+            suite=suite,
+            tasks=tasks,
+            values=values,
+            band=spec.band,
+            score=options.score,
+            notes=notes,
+        )
+        return chart
+    regime_of = {run.pk: run.regime for run in runs}
+    chart.baseline = choose_baseline(groups, options.baseline, regime_of, notes)
+    values = final_values(run_ids, policies, options.metrics)
+    chart.panels = relative(
+        groups=groups,
+        policies=policies,
+        metrics=options.metrics,
+        baseline=chart.baseline,
+        values=values,
+        band=spec.band,
+        notes=notes,
+    )
+    if not values:
+        chart.empty = "No values of these metrics in these runs."
+        notes.append(chart.empty)
+    return chart

@@ -18,6 +18,7 @@ import numpy as np
 from trainer import metrics as m
 from webapp.api.http import encode_value
 from webapp.compare.assemble import Comparison, Summary
+from webapp.compare.bars import VIEW_TITLES, BarChart
 from webapp.compare.stats import MeanStd
 
 
@@ -119,4 +120,59 @@ def summary_json(summary: Summary) -> dict[str, Any]:
         ],
         "best": summary.best,
         "notes": summary.notes,
+    }
+
+
+def bars_json(chart: BarChart) -> dict[str, Any]:
+    """``{"view", "title", "spec", "groups": [{"label", "colour", "dash", "runs"}],
+    "suites": {suite: [tasks]}, "suite", "score", "baseline", "metrics", "zero_line",
+    "empty", "panels": [{"policy", "title", "x_label", "y_label", "categories",
+    "category_labels", "base", "base_label", "message", "traces": [{"group", "colour", "dash",
+    "mean", "lower", "upper", "n", "std"}]}], "notes"}``. ``spec`` is the whole query
+    (the spec's and the bar options); ``empty`` says in words why nothing is drawn (else
+    null); ``base`` is per category the base model's value (tasks) or the baseline
+    group's mean (relative); a panel's ``message`` says why it has no bars ("" if it has)."""
+    return {
+        "view": chart.view,
+        "title": VIEW_TITLES[chart.view],
+        "spec": chart.query,
+        "groups": [
+            {"label": g.label, "colour": g.colour, "dash": g.dash, "runs": g.runs}
+            for g in chart.groups
+        ],
+        "suites": chart.suites,
+        "suite": chart.suite,
+        "score": chart.options.score,
+        "baseline": chart.baseline,
+        "metrics": list(chart.options.metrics),
+        "zero_line": chart.zero_line,
+        "empty": chart.empty,
+        "panels": [
+            {
+                "policy": panel.policy,
+                "title": panel.title,
+                "x_label": panel.x_label,
+                "y_label": panel.y_label,
+                "categories": panel.categories,
+                "category_labels": panel.category_labels,
+                "base": floats(panel.base),
+                "base_label": panel.base_label,
+                "message": panel.message,
+                "traces": [
+                    {
+                        "group": trace.group,
+                        "colour": trace.colour,
+                        "dash": trace.dash,
+                        "mean": floats(trace.mean),
+                        "lower": floats(trace.lower),
+                        "upper": floats(trace.upper),
+                        "n": [int(k) for k in trace.n],
+                        "std": floats(trace.std),
+                    }
+                    for trace in panel.traces
+                ],
+            }
+            for panel in chart.panels
+        ],
+        "notes": chart.notes,
     }

@@ -14,6 +14,12 @@ parameter 400 JSON ``{"error": message}`` naming it.
   the figure, the plotted data, or the figure bundle (its tables: one per metric of the
   spec; ``lower_is_better=1`` applies to all of them).
 - ``GET /compare/table.<csv|tex>?<spec>&table_metric=M`` (``compare:table``).
+- ``GET /api/v1/compare/bars?<spec>&view=tasks|relative&suite=S&score=accuracy|acc_norm
+  &baseline=G`` (``compare:bars``): a bar view (:mod:`webapp.compare.bars`,
+  :func:`webapp.compare.serialize.bars_json`); the relative view's metrics are the
+  ``metric`` parameters (default val/reward@1).
+- ``GET /compare/bars.<pdf|svg|png|csv|tex>?<same>&columns=1|2`` (``compare:bars_file``):
+  its figure, its bars as CSV, its LaTeX table (:mod:`webapp.compare.bars_export`).
 
 The table's metric: ``table_metric`` if given, else the *last* ``metric`` parameter
 (so ``<spec>&metric=M`` works too), else ``val/reward@1``. Higher is better unless
@@ -34,14 +40,16 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from webapp.api.http import allow_methods, json_error, json_reply, login_required_json
-from webapp.compare import export
-from webapp.compare.selectors import comparison_build, runs_for_spec, summary_build
-from webapp.compare.serialize import comparison_json, summary_json
+from webapp.compare import bars_export, export
+from webapp.compare.bars import BarOptions
+from webapp.compare.selectors import bars_build, comparison_build, runs_for_spec, summary_build
+from webapp.compare.serialize import bars_json, comparison_json, summary_json
 from webapp.compare.spec import METRIC_PATTERN, ComparisonSpec, SpecError, bool_param
 
 View = Callable[..., HttpResponse]
 EXPORT_FORMATS = ("pdf", "svg", "png", "csv", "zip")
 TABLE_FORMATS = ("csv", "tex")
+BAR_FORMATS = ("pdf", "svg", "png", "csv", "tex")
 CONTENT_TYPES = {
     "pdf": "application/pdf",
     "svg": "image/svg+xml",
@@ -124,6 +132,17 @@ def summary(request: HttpRequest) -> HttpResponse:
     return json_reply(summary_json(built))
 
 
+@never_cache
+@allow_methods("GET")
+@login_required_json
+@spec_errors
+def bars(request: HttpRequest) -> HttpResponse:
+    spec = ComparisonSpec.from_query(request.GET)
+    options = BarOptions.from_query(request.GET, spec)
+    runs = runs_for_spec(request.user, spec)
+    return json_reply(bars_json(bars_build(spec=spec, runs=runs, options=options)))
+
+
 # --------------------------------------------------------------------------- files
 
 
@@ -164,3 +183,23 @@ def table_file(request: HttpRequest, fmt: str) -> HttpResponse:
     body = export.table_csv([built]) if fmt == "csv" else export.table_latex([built])
     metric_slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", metric).strip("-")
     return attachment(body, fmt, file_stem(f"table-{metric_slug}", spec, metric))
+
+
+@login_required
+@require_GET
+@spec_errors
+def bars_file(request: HttpRequest, fmt: str) -> HttpResponse:
+    if fmt not in BAR_FORMATS:
+        raise Http404(f"no bar export format {fmt!r}")
+    spec = ComparisonSpec.from_query(request.GET)
+    options = BarOptions.from_query(request.GET, spec)
+    columns = columns_of(request)
+    runs = runs_for_spec(request.user, spec)
+    chart = bars_build(spec=spec, runs=runs, options=options)
+    extra = "&".join(f"{name}={value}" for name, value in options.query_pairs())
+    stem = file_stem(f"bars-{options.view}", spec, f"{extra}&columns={columns}")
+    if fmt == "csv":
+        return attachment(bars_export.bars_csv(chart), fmt, stem)
+    if fmt == "tex":
+        return attachment(bars_export.bars_latex(chart), fmt, stem)
+    return attachment(bars_export.render_bars(chart, fmt, columns), fmt, stem)

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from scheduler.launch import sweep_launch
 from trainer.config import ConfigError
+from webapp.compare.bars import SCORE_LABELS, VIEW_TITLES, eval_suites
 from webapp.core.selectors import worker_status
 from webapp.experiments import services
 from webapp.experiments.compare_selection import (
@@ -44,6 +45,21 @@ PRESETS: dict[str, dict[str, Any]] = {
     "remix": {
         "title": "ReMix: rollouts vs accuracy",
         "params": {"metric": ["val/reward@1"], "group_by": "off_policy", "x": "rollouts"},
+    },
+    # The bar views (webapp/compare/bars.py): the final checkpoints' evaluation per task,
+    # and the final validation reward relative to the standalone runs.
+    "fig12": {
+        "title": "Figure 12: evaluation per task",
+        "params": {"view": "tasks", "group_by": "regime"},
+    },
+    "fig11": {
+        "title": "Figure 11: relative improvement over standalone",
+        "params": {
+            "view": "relative",
+            "metric": ["val/reward@1"],
+            "group_by": "regime",
+            "baseline": "standalone",
+        },
     },
     # The complementary-skills pool (examples/complementary.json, issue 18): each policy
     # starts on one skill; a regime that transfers lifts its foreign skills.
@@ -170,6 +186,9 @@ def _compare_page(
         "x_choices": X_CHOICES,
         "band_choices": BAND_CHOICES,
         "filters": FILTERS,
+        "view_choices": VIEW_TITLES,
+        "suites": list(eval_suites(keys)),
+        "score_choices": SCORE_LABELS,
         "page_config": {
             "runs": run_ids,
             "urls": {
@@ -177,6 +196,8 @@ def _compare_page(
                 "summary": reverse("compare:summary"),
                 "export": reverse("compare:export", args=["FMT"]),
                 "table": reverse("compare:table", args=["FMT"]),
+                "bars": reverse("compare:bars"),
+                "bars_file": reverse("compare:bars_file", args=["FMT"]),
             },
         },
     }

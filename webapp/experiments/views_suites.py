@@ -14,7 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods
 
 from trainer.evals.suite import TASK_TYPES
 from webapp.experiments import compose_services, permissions, services
@@ -26,6 +26,7 @@ RECENT_EVALUATIONS = 20
 
 
 @login_required
+@require_GET
 def suite_list(request: HttpRequest) -> HttpResponse:
     suites = permissions.visible_suites(request.user).select_related("owner", "lab")
     rows = []
@@ -55,6 +56,7 @@ def suite_create(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_GET
 def suite_detail(request: HttpRequest, pk: int) -> HttpResponse:
     suite = permissions.get_viewable(
         request.user, EvalSuite.objects.select_related("owner", "lab"), pk

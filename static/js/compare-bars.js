@@ -1,0 +1,103 @@
+// The compare page's bar views: per-task evaluation (Figure 12) and the relative
+// improvement over a baseline group (Figure 11), one Plotly panel per policy, from
+// /api/v1/compare/bars (webapp/compare/serialize.py::bars_json, the numbers the exports
+// draw). Grouped bars, one per group in its colour, error bars from the band; the base
+// model as a dashed line over each task; a dashed zero line in the relative view.
+//
+// Every string from the server goes into the page through textContent or Plotly's text
+// (never innerHTML).
+"use strict";
+
+(function () {
+  const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
+  const num = (value) => (typeof value === "string" ? NON_FINITE[value] : value);
+  const PATTERNS = { solid: "", dash: "/", dot: ".", dashdot: "x" };
+  // The bars of a category take a quarter of its width each, at most 0.8 of it together
+  // (the exports' rule, webapp/compare/bars_export.py::bar_span).
+  const barSpan = (groups) => Math.min(0.8, 0.25 * Math.max(groups, 1));
+
+  // Plotly renders titles and ticks as HTML-like text: escape what comes from the data.
+  const plain = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
+  function el(tag, attrs = {}, text = "") {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+    if (text) node.textContent = text;
+    return node;
+  }
+
+  function barTraces(panel) {
+    const x = panel.category_labels.map(plain);
+    const traces = [];
+    for (const trace of panel.traces) {
+      const mean = trace.mean.map(num);
+      const shown = trace.n.map((n) => n > 0);
+      const y = mean.map((value, k) => (shown[k] && Number.isFinite(value) ? value : null));
+      const above = trace.upper.map(num).map((u, k) => (Number.isFinite(u - mean[k]) ? Math.max(u - mean[k], 0) : 0));
+      const below = trace.lower.map(num).map((l, k) => (Number.isFinite(mean[k] - l) ? Math.max(mean[k] - l, 0) : 0));
+      traces.push({
+        type: "bar", x, y, name: plain(trace.group), legendgroup: trace.group,
+        marker: { color: trace.colour, pattern: { shape: PATTERNS[trace.dash] || "" } },
+        error_y: { type: "data", symmetric: false, array: above, arrayminus: below, visible: true, color: "#444", thickness: 1.2, width: 3 },
+        customdata: trace.n, hovertemplate: "%{x}: %{y:.4g} (n=%{customdata})<extra>" + plain(trace.group) + "</extra>",
+      });
+    }
+    return traces;
+  }
+
+  function baseShapes(panel, data) {
+    // The base model per task: a dashed line across the task's bars (shapes, drawn over them).
+    if (data.view !== "tasks") return [];
+    const span = barSpan(panel.traces.length);
+    const shapes = [];
+    panel.base.map(num).forEach((value, k) => {
+      if (!Number.isFinite(value)) return;
+      shapes.push({
+        type: "line", xref: "x", yref: "y", x0: k - span / 2 - 0.04, x1: k + span / 2 + 0.04, y0: value, y1: value,
+        line: { color: "#888", width: 2.5, dash: "dash" }, name: "base", layer: "above",
+      });
+    });
+    return shapes;
+  }
+
+  function baseTrace(panel, data) {
+    // Markers at the base values: the legend entry and the hover text of the base lines.
+    if (data.view !== "tasks" || !panel.base.map(num).some(Number.isFinite)) return [];
+    return [{
+      type: "scatter", mode: "markers", x: panel.category_labels.map(plain),
+      y: panel.base.map(num).map((v) => (Number.isFinite(v) ? v : null)),
+      name: plain(panel.base_label), marker: { symbol: "line-ew-open", size: 18, color: "#888", line: { width: 2.5 } },
+      hovertemplate: "%{x}: %{y:.4g}<extra>base model</extra>",
+    }];
+  }
+
+  function render(box, data) {
+    box.replaceChildren();
+    for (const panel of data.panels) {
+      const div = el("div", { class: "chart", "data-testid": "bar-panel", "data-policy": panel.policy });
+      box.append(div);
+      const shapes = baseShapes(panel, data);
+      if (data.zero_line) {
+        shapes.push({
+          type: "line", xref: "paper", x0: 0, x1: 1, yref: "y", y0: 0, y1: 0,
+          line: { color: "#333", width: 1.2, dash: "dash" }, name: "zero", layer: "above",
+        });
+      }
+      const traces = barTraces(panel).concat(baseTrace(panel, data));
+      const layout = {
+        title: { text: plain(panel.title), font: { size: 13 } }, height: 320, barmode: "group",
+        bargap: 1 - barSpan(panel.traces.length), bargroupgap: 0.06, showlegend: traces.length > 0,
+        margin: { l: 60, r: 10, t: 34, b: 70 }, legend: { orientation: "h", y: -0.3 },
+        xaxis: { type: "category", title: { text: plain(panel.x_label || ""), standoff: 4 }, automargin: true },
+        yaxis: { title: { text: plain(panel.y_label) }, zeroline: !data.zero_line, automargin: true },
+        shapes,
+      };
+      if (!panel.traces.length) {
+        layout.annotations = [{ text: plain(panel.message || "no data"), xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false }];
+      }
+      window.Plotly.react(div, traces, layout, { displaylogo: false, responsive: true });
+    }
+  }
+
+  window.CompareBars = { render };
+})();
