@@ -97,7 +97,7 @@ def test_unregistered_the_toy_regime_is_refused_by_name() -> None:
     with pytest.raises(ConfigError) as caught:
         RunConfig.from_dict(toy_config())
     assert caught.value.errors["regime"] == (
-        "unknown regime 'toy'; use one of standalone, prp, xgrpo, sgt"
+        "unknown regime 'toy'; use one of standalone, prp, xgrpo, sgt, sequential_sft"
     )
     assert "toy" not in regime_names()
 

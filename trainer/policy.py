@@ -328,7 +328,12 @@ class Policy:
     ) -> tuple[dict[str, float], torch.Tensor | None, torch.Tensor]:
         """The update of :meth:`train_step` (``remix`` None: the ``grpo`` objective) or
         :meth:`train_step_remix` (``remix``); also returns ``old_logp`` (None when no
-        separate forward was needed) and ``response_mask``."""
+        separate forward was needed) and ``response_mask``. A batch without samples
+        trains its auxiliary terms alone (:meth:`_train_aux_only`)."""
+        if not len(batch):
+            if remix is not None:
+                raise ValueError("a ReMix update needs the policy's own samples")
+            return self._train_aux_only(batch), None, torch.zeros((0, 0))
         input_ids, attention_mask, response_mask = build_sequences(
             batch.prompt_ids, batch.response_ids, self.pad_id
         )
@@ -364,15 +369,7 @@ class Policy:
             )
         objective = OBJECTIVES.get("grpo" if remix is None else "remix")
         settings = self._objective_settings(remix)
-        aux_sets = [
-            _AuxSet(
-                term,
-                AUX_LOSSES.get(term.loss),
-                *build_sequences(term.prompt_ids, term.response_ids, self.pad_id),
-            )
-            for term in batch.aux_terms
-            if term.response_ids and term.coef > 0
-        ]
+        aux_sets = self._aux_sets(batch)
 
         totals = _Tally()
         updates = 0
@@ -395,6 +392,39 @@ class Policy:
             m.LR: self.optimizer.param_groups[0]["lr"],
         }
         return metrics, old_logp, response_mask
+
+    def _aux_sets(self, batch: LearnerBatch) -> list[_AuxSet]:
+        """The batch's auxiliary terms that train something, their sequences built."""
+        return [
+            _AuxSet(
+                term,
+                AUX_LOSSES.get(term.loss),
+                *build_sequences(term.prompt_ids, term.response_ids, self.pad_id),
+            )
+            for term in batch.aux_terms
+            if term.response_ids and term.coef > 0
+        ]
+
+    def _train_aux_only(self, batch: LearnerBatch) -> dict[str, float]:
+        """One optimizer step on the auxiliary terms alone, for a batch with no samples of
+        its own: no policy-gradient, KL or entropy term (``sequential_sft``'s stage 2
+        trains only the NLL of buffered peer successes). Reports each term's metric, the
+        gradient norm and the learning rate; with no term to train, it steps nothing."""
+        metrics = {m.LR: self.optimizer.param_groups[0]["lr"]}
+        aux_sets = self._aux_sets(batch)
+        if not aux_sets:
+            return metrics
+        self.optimizer.zero_grad(set_to_none=True)
+        tally = _Tally()
+        for aux in aux_sets:
+            tally.add(aux.term.metric, self._aux_backward(aux))
+        grad_norm = float(
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grpo.max_grad_norm)
+        )
+        tally.add(m.GRAD_NORM, grad_norm)
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        return tally.metrics(1) | metrics
 
     def _objective_settings(self, remix: RemixObjective | None) -> ObjectiveSettings:
         """The objective's constants: GRPO's config, and ReMix's of this step."""

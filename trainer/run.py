@@ -260,7 +260,7 @@ def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
     latest = latest_checkpoint(options.run_dir) if options.resume else None
     if latest is not None:
         consumption = _load_worker(
-            checkpoint_dir(options.run_dir, latest.step) / policy.name, policy, remix
+            checkpoint_dir(options.run_dir, latest.step) / policy.name, policy, remix, regime
         )
         if spool is not None:
             spool.truncate(SpoolOffsets.from_dict(latest.spool_offsets))
@@ -296,7 +296,9 @@ def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
                 shipper.set_status("running", f"step {step}/{options.steps}")
             stop = _all_agree_to_stop()
             if step % config.checkpoint_every == 0 or step == options.steps or stop:
-                _checkpoint(options.run_dir, step, policy, exchange, spool, remix, consumption)
+                _checkpoint(
+                    options.run_dir, step, policy, exchange, spool, remix, consumption, regime
+                )
             if stop and step < options.steps:
                 log.info("%s: stop signal; checkpointed step %d and stopping", policy.name, step)
                 if shipper is not None:
@@ -410,6 +412,7 @@ def _checkpoint(
     spool: Spool | None,
     remix: ReMix | None = None,
     consumption: Consumption | None = None,
+    regime: Regime | None = None,
 ) -> None:
     directory = checkpoint_dir(run_dir, step) / policy.name
     save_policy(directory, policy.model, policy.optimizer)
@@ -418,6 +421,7 @@ def _checkpoint(
         {
             "consumption": (consumption or Consumption()).to_dict(),
             "remix": None if remix is None else remix.state_dict(),
+            "regime": {} if regime is None else regime.state_dict(),
         },
     )
     if remix is not None and remix.reincarnated:
@@ -429,7 +433,9 @@ def _checkpoint(
     exchange.barrier()
 
 
-def _load_worker(directory: Path, policy: Policy, remix: ReMix | None) -> Consumption:
+def _load_worker(
+    directory: Path, policy: Policy, remix: ReMix | None, regime: Regime | None = None
+) -> Consumption:
     """Restore a policy worker from its checkpoint directory; return its consumption."""
     load_policy(directory, policy.model, policy.optimizer)
     state = load_worker_state(directory)
@@ -444,6 +450,8 @@ def _load_worker(directory: Path, policy: Policy, remix: ReMix | None) -> Consum
         remix.load_state_dict(state["remix"])
         if remix.reincarnated:
             load_weights(directory / REFERENCE_FILE, policy.reference)
+    if regime is not None:
+        regime.load_state_dict(state.get("regime") or {})  # none before regimes kept state
     return Consumption.from_dict(state["consumption"])
 
 

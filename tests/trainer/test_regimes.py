@@ -51,7 +51,8 @@ def _config(regime: str, **sections: dict[str, object]) -> RunConfig:
 
 
 def test_every_regime_declaration_names_its_implementation() -> None:
-    assert [spec.name for spec in regimes()] == ["standalone", "prp", "xgrpo", "sgt"]
+    names = ["standalone", "prp", "xgrpo", "sgt", "sequential_sft"]
+    assert [spec.name for spec in regimes()] == names
     assert regimes() == list(BUILT_IN)
     for spec in regimes():
         assert spec.load().name == spec.name

@@ -77,7 +77,7 @@ def test_at_the_limits_the_writer_writes() -> None:
 
 
 def test_event_kinds_are_read_from_the_registry_at_each_call() -> None:
-    assert wire.event_kind_names() == ("rollout", "advantage_stats", "success")
+    assert wire.event_kind_names() == ("rollout", "advantage_stats", "success", "sft_sample")
     assert "wire_hint" not in wire.EVENT_KINDS
     with pytest.raises(wire.WireError, match="kind must be one of"):
         spool.make_event(1, "a", "b", "wire_hint", "q")
@@ -87,7 +87,7 @@ def test_event_kinds_are_read_from_the_registry_at_each_call() -> None:
         assert spool.make_event(1, "a", "b", "wire_hint", "q")["kind"] == "wire_hint"
         schemas = wire.json_schemas()
         assert schemas["Event"]["properties"]["kind"]["enum"][-1] == "wire_hint"
-    assert list(wire.EVENT_KINDS) == ["rollout", "advantage_stats", "success"]
+    assert list(wire.EVENT_KINDS) == ["rollout", "advantage_stats", "success", "sft_sample"]
     assert wire.json_schemas()["Event"]["properties"]["kind"]["enum"] == list(wire.EVENT_KINDS)
 
 

@@ -152,7 +152,7 @@ def test_every_config_section_and_field_is_on_the_page(lab: Lab) -> None:
     policy = PolicyConfig.__dataclass_fields__
     assert set(pool_form(composer, 0).fields) == set(policy) | {"ORDER", "DELETE"}
     assert [s.name for s in composer.sections if s.switch == "regime"] == [
-        name for name in section_names() if name in ("prp", "xgrpo", "sgt")
+        name for name in section_names() if name in ("prp", "xgrpo", "sgt", "sequential_sft")
     ]
 
 

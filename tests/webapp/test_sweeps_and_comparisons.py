@@ -103,6 +103,22 @@ def test_the_sweep_form_launches_and_reports_errors_per_field(
     assert "sweep=" in response.context["compare_url"]
 
 
+def test_the_sweep_form_preselects_only_the_regimes_the_schedule_fits(
+    client: Client, alice: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    """Sequential SFT's stage 2 (20 steps by default) does not fit a 4-step experiment:
+    it is offered but not checked; a 40-step one gets every regime checked."""
+    client.force_login(alice)
+
+    def checked(experiment: Experiment) -> set[str]:
+        form = client.get(reverse("experiments:sweep_create", args=[experiment.pk])).context["form"]
+        return set(form["regimes"].initial)
+
+    short, long = make_experiment(seeds=(0,), steps=4), make_experiment(seeds=(0,), steps=40)
+    assert checked(short) == {"standalone", "prp", "xgrpo", "sgt"}
+    assert checked(long) == {"standalone", "prp", "xgrpo", "sgt", "sequential_sft"}
+
+
 def test_outsiders_cannot_sweep_or_see_sweeps(
     client: Client, charlie: User, make_experiment: Callable[..., Experiment], alice: User
 ) -> None:

@@ -9,7 +9,7 @@ and one import line below.
 
 from __future__ import annotations
 
-from trainer.regimes import prp, sgt, standalone, xgrpo
+from trainer.regimes import prp, sequential_sft, sgt, standalone, xgrpo
 from trainer.regimes.spec import (
     REGIMES,
     EventKind,
@@ -29,7 +29,7 @@ from trainer.regimes.spec import (
     section_names,
 )
 
-BUILT_IN = (standalone.SPEC, prp.SPEC, xgrpo.SPEC, sgt.SPEC)
+BUILT_IN = (standalone.SPEC, prp.SPEC, xgrpo.SPEC, sgt.SPEC, sequential_sft.SPEC)
 
 __all__ = [
     "BUILT_IN",

@@ -57,6 +57,16 @@ class Regime(ABC):
         """The topics this policy publishes at ``step`` (default: nothing)."""
         return {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the regime must keep across a resume, saved with each checkpoint
+        (default: nothing; ``sequential_sft`` keeps its buffer of peer successes)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (default: there is nothing to restore)."""
+        if state:
+            raise ValueError(f"regime {self.name!r} keeps no state; got {sorted(state)}")
+
     @abstractmethod
     def learn(
         self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int

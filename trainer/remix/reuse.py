@@ -100,8 +100,15 @@ class ReMix:
         """Train ``policy`` on the regime's ``batch`` for ``step``; the step's metrics.
 
         The batch's first ``len(rollouts)`` samples must be the policy's own fresh
-        rollouts (every regime puts them first).
+        rollouts (every regime puts them first). A batch without samples (only
+        auxiliary terms: ``sequential_sft``'s stage 2) trains its terms alone, with
+        nothing replayed or stored.
         """
+        if not len(batch):
+            return policy.train_step(batch) | {
+                m.REMIX_OFFPOLICY_FRAC: 0.0,
+                m.REMIX_REPLAY_SIZE: float(len(self.replay)),
+            }
         if self.reincarnated:
             return policy.train_step(batch) | {
                 m.REMIX_OFFPOLICY_FRAC: 0.0,

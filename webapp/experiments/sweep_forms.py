@@ -9,7 +9,7 @@ from typing import Any
 
 from django import forms
 
-from trainer.config import RunConfig
+from trainer.config import ConfigError, RunConfig
 from trainer.regimes import regime_names
 from webapp.experiments.configform import (
     MAX_CONFIG_INT,
@@ -69,6 +69,22 @@ def _parse_list(text: str, kind: type, what: str) -> list[Any]:
     return values
 
 
+def fitting_regimes(config: dict[str, Any] | None) -> list[str]:
+    """The registered regimes ``config`` is valid under (all of them without a config):
+    the sweep form checks those at first, so a regime whose settings do not fit the
+    source's schedule (sequential SFT's stage 2 longer than the run) is not pre-selected."""
+    if config is None:
+        return list(regime_names())
+    fitting = []
+    for name in regime_names():
+        try:
+            RunConfig.from_dict({**config, "regime": name})
+        except ConfigError:
+            continue
+        fitting.append(name)
+    return fitting
+
+
 class SweepForm(forms.Form):
     name = forms.CharField(max_length=48, validators=[NAME_VALIDATOR])
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
@@ -85,10 +101,12 @@ class SweepForm(forms.Form):
         required=False, label="Values", help_text="Comma-separated values of that parameter"
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, source_config: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.fields["regimes"].choices = regime_choices()  # type: ignore[attr-defined]
-        self.fields["regimes"].initial = list(regime_names())
+        self.fields["regimes"].initial = fitting_regimes(source_config)
         self.paths = dict(sweepable_paths())
         # "GRPO · KL coefficient (beta) - grpo.kl_coef" (an em dash): the name on the
         # compose form, and the config path the sweep's experiments are named after.

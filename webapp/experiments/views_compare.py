@@ -87,7 +87,11 @@ BAND_CHOICES = (("std", "± std"), ("minmax", "min-max"), ("ci95", "95% CI"), ("
 def sweep_create(request: HttpRequest, pk: int) -> HttpResponse:
     """A grid over experiment ``pk``'s pool; any lab member may sweep (they own it)."""
     source = get_viewable(request.user, Experiment.objects.all(), pk)
-    form = SweepForm(request.POST or None, initial={"name": f"{source.name}-sweep"[:48]})
+    form = SweepForm(
+        request.POST or None,
+        initial={"name": f"{source.name}-sweep"[:48]},
+        source_config=source.config,
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:

@@ -17,17 +17,20 @@ each ended with EOS) cross, and only for prompts a policy solved. ``thl/unk_frac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from transformers import PreTrainedTokenizerBase
 
 from trainer import metrics as m
+from trainer.config import RunConfig
 from trainer.exchange import StepRecord
 from trainer.policy import AuxTerm, LearnerBatch, Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
 from trainer.regimes.sgt import NLL, RESCUE_RATE, RESCUE_SET_SIZE, SUCCESS_EVENT, SGTConfig
-from trainer.spool import Sample, make_event, make_sample
-from trainer.thl import encode_text
+from trainer.spool import Event, Sample, make_event, make_sample
+from trainer.thl import Encoded, encode_text
 
 SUCCESSES_TOPIC = "successes"
 
@@ -97,16 +100,102 @@ def rescue_set(
         if any(successes[i] for i in rollouts.rows_of(index)):
             continue
         failed_all += 1
-        candidates = sorted(
-            (len(success.text), rank_of[source], success.text, source, success.finished)
-            for source, by_prompt in peer_successes.items()
-            for success in by_prompt.get(problem.id, [])
-        )
-        rescues += [
-            Rescue(index, problem.id, source, text, finished)
-            for _, _, text, source, finished in candidates[:k]
-        ]
+        rescues += peer_candidates(index, problem.id, peer_successes, rank_of)[:k]
     return rescues, failed_all
+
+
+def peer_candidates(
+    prompt_index: int,
+    prompt_id: str,
+    peer_successes: Mapping[str, Mapping[str, list[Success]]],
+    rank_of: Mapping[str, int],
+) -> list[Rescue]:
+    """Every peer success on prompt ``prompt_id``, in SGT's order: shortest text first,
+    equally short ones by the source's rank in the pool, then by text (SPEC 9)."""
+    candidates = sorted(
+        (len(success.text), rank_of[source], success.text, source, success.finished)
+        for source, by_prompt in peer_successes.items()
+        for success in by_prompt.get(prompt_id, [])
+    )
+    return [
+        Rescue(prompt_index, prompt_id, source, text, finished)
+        for _, _, text, source, finished in candidates
+    ]
+
+
+def pool_ranks(config: RunConfig) -> dict[str, int]:
+    """Each policy's rank in the pool (the exchange's order)."""
+    return {member.name: rank for rank, member in enumerate(config.pool)}
+
+
+def published_successes(peers: Sequence[StepRecord]) -> dict[str, dict[str, list[Success]]]:
+    """Source policy -> prompt id -> the successes it published this step."""
+    return {peer.policy: peer.topics[SUCCESSES_TOPIC] for peer in peers}
+
+
+def translate(chosen: Sequence[Rescue], tokenizer: PreTrainedTokenizerBase) -> list[Encoded]:
+    """Each chosen peer success in the learner's tokens, by THL's text path (the
+    learner's EOS appended only where the peer's response ended with its EOS)."""
+    return [encode_text(r.text, tokenizer, ended_with_eos=r.finished) for r in chosen]
+
+
+def learner_prompt_ids(rollouts: Rollouts, prompt_index: int) -> list[int]:
+    """The learner's own chat-formatted prompt ids of the step's prompt ``prompt_index``."""
+    return rollouts.batch.prompt_ids[prompt_index * rollouts.group_size]
+
+
+class Crossed(Protocol):
+    """What a transfer event needs of a peer success that crossed."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def prompt_id(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+def transfer_events(
+    step: int,
+    learner: str,
+    kind: str,
+    crossed: Sequence[Crossed],
+    response_ids: Sequence[Sequence[int]],
+    tokenizer: PreTrainedTokenizerBase,
+) -> list[Event]:
+    """One event of ``kind`` per (source, prompt) of ``crossed``, in first-seen order,
+    its samples the texts with their tokens in the learner's tokenizer."""
+    shipped: dict[tuple[str, str], list[Sample]] = {}
+    for item, ids in zip(crossed, response_ids, strict=True):
+        tokens = tokenizer.convert_ids_to_tokens(list(ids))
+        shipped.setdefault((item.source, item.prompt_id), []).append(make_sample(item.text, tokens))
+    return [
+        make_event(step, source, learner, kind, prompt_id, len(texts), samples=texts)
+        for (source, prompt_id), texts in shipped.items()
+    ]
+
+
+class Retokenization(Protocol):
+    """How lossy one retokenization was (an :class:`~trainer.thl.Encoded` has both)."""
+
+    @property
+    def unk_frac(self) -> float: ...
+
+    @property
+    def text_mismatch_frac(self) -> float: ...
+
+
+def thl_metrics(encoded: Sequence[Retokenization]) -> dict[str, float]:
+    """``thl/unk_frac`` and ``thl/text_mismatch_frac``, means over the retokenized
+    samples trained on (none without samples)."""
+    if not encoded:
+        return {}
+    return {
+        m.THL_UNK_FRAC: _mean([e.unk_frac for e in encoded]),
+        m.THL_TEXT_MISMATCH_FRAC: _mean([e.text_mismatch_frac for e in encoded]),
+    }
 
 
 class SGT(Regime):
@@ -120,45 +209,31 @@ class SGT(Regime):
     def learn(
         self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
     ) -> RegimeStep:
-        peer_successes = {peer.policy: peer.topics[SUCCESSES_TOPIC] for peer in peers}
-        ranks = {member.name: rank for rank, member in enumerate(self.config.pool)}
+        peer_successes = published_successes(peers)
+        ranks = pool_ranks(self.config)
         rescues, failed_all = rescue_set(rollouts, peer_successes, self.settings.k_sgt, ranks)
         batch = LearnerBatch.on_policy(rollouts, policy.advantages(rollouts))
-        encoded = [
-            encode_text(r.text, policy.tokenizer, ended_with_eos=r.finished) for r in rescues
-        ]
+        encoded = translate(rescues, policy.tokenizer)
         response_ids = [e.target_ids for e in encoded]
         if rescues:
-            group = rollouts.group_size
             batch.aux_terms.append(
                 AuxTerm(
                     loss="nll",
-                    prompt_ids=[rollouts.batch.prompt_ids[r.prompt_index * group] for r in rescues],
+                    prompt_ids=[learner_prompt_ids(rollouts, r.prompt_index) for r in rescues],
                     response_ids=response_ids,
                     coef=self.settings.lambda_sgt,
                     metric=NLL,
                 )
             )
-        shipped: dict[tuple[str, str], list[Sample]] = {}
-        for rescue, ids in zip(rescues, response_ids, strict=True):
-            tokens = policy.tokenizer.convert_ids_to_tokens(ids)
-            shipped.setdefault((rescue.source, rescue.prompt_id), []).append(
-                make_sample(rescue.text, tokens)
-            )
-        events = [
-            make_event(
-                step, source, self.learner, SUCCESS_EVENT, prompt_id, len(texts), samples=texts
-            )
-            for (source, prompt_id), texts in shipped.items()
-        ]
+        events = transfer_events(
+            step, self.learner, SUCCESS_EVENT, rescues, response_ids, policy.tokenizer
+        )
         rescued_prompts = len({r.prompt_id for r in rescues})
         metrics = {
             RESCUE_SET_SIZE: float(rescued_prompts),
             RESCUE_RATE: rescued_prompts / failed_all if failed_all else 0.0,
         }
-        if encoded:
-            metrics[m.THL_UNK_FRAC] = _mean([e.unk_frac for e in encoded])
-            metrics[m.THL_TEXT_MISMATCH_FRAC] = _mean([e.text_mismatch_frac for e in encoded])
+        metrics |= thl_metrics(encoded)
         return RegimeStep(batch, events, metrics)
 
 

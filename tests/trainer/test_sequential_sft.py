@@ -1,0 +1,447 @@
+"""Sequential peer SFT (the Mutual RL paper's Figure 11 baseline): stage 1 is standalone
+GRPO while each learner buffers its peers' verified successes as SGT sees them (through
+THL), stage 2 fine-tunes on the buffer with an NLL only.
+
+Pure tests of the stage-2 schedule and the buffer; the config's fix-it messages; one
+stage-1 and one stage-2 step on real tiny zoo policies (the peers' successes built by
+hand, as the SGT tests do); and short runs of ``python -m trainer run``, one resumed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.trainer.zoo_policy import zoo_policy
+from trainer import metrics as m
+from trainer.batch import build_sequences
+from trainer.cli import main as cli_main
+from trainer.config import ConfigError, RunConfig
+from trainer.core import token_log_probs
+from trainer.exchange import StepRecord
+from trainer.policy import Policy, Rollouts
+from trainer.regimes import regime_spec, sequential_sft
+from trainer.regimes.sequential_sft import SequentialSFTConfig
+from trainer.regimes.sequential_sft.regime import (
+    BufferedSuccess,
+    SequentialSFT,
+    SuccessBuffer,
+    sft_chunk,
+    sft_schedule,
+)
+from trainer.regimes.standalone.regime import Standalone
+from trainer.remix.reuse import ReMix
+from trainer.rollout import RolloutBatch
+from trainer.spool import decode_value, read_events, read_points
+from trainer.tasks import Problem
+from trainer.thl import encode_text
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples/sequential_sft.json"
+ZOO = {"a": "tiny-llama-char", "b": "tiny-qwen-bpe", "c": "tiny-gpt2-unigram"}
+PROBLEMS = [
+    Problem(id="p0", prompt="Compute 1+2.", answer="3"),
+    Problem(id="p1", prompt="Compute 2+2.", answer="4"),
+    Problem(id="p2", prompt="Compute 3+4.", answer="7"),
+]
+
+
+# --- the stage-2 schedule and the buffer (pure) -------------------------------------------
+
+
+def test_the_schedule_cuts_the_repeated_buffer_into_even_consecutive_chunks() -> None:
+    # 5 items x 2 epochs = 10 positions over 3 steps: chunks of ceil(10 / 3) = 4.
+    assert sft_schedule(5, 2, 3) == [[0, 1, 2, 3], [4, 0, 1, 2], [3, 4]]
+    assert sft_schedule(4, 1, 2) == [[0, 1], [2, 3]]
+    assert sft_schedule(2, 3, 1) == [[0, 1, 0, 1, 0, 1]]
+    assert sft_schedule(1, 1, 3) == [[0], [], []]  # more steps than items: the rest idle
+    assert sft_chunk(5, 2, 3, 3) == [] and sft_chunk(5, 2, 3, -1) == []  # off the schedule
+
+
+def test_the_schedule_covers_every_item_exactly_epochs_times_in_order() -> None:
+    for size in range(8):
+        for epochs in (1, 2, 3):
+            for steps in (1, 2, 3, 5, 9):
+                schedule = sft_schedule(size, epochs, steps)
+                assert len(schedule) == steps
+                assert [p for chunk in schedule for p in chunk] == list(range(size)) * epochs
+                sizes = [len(chunk) for chunk in schedule]
+                assert all(n <= -(-epochs * size // steps) for n in sizes)
+                assert sizes == sorted(sizes, reverse=True)  # full chunks, then the rest
+                assert schedule == sft_schedule(size, epochs, steps)  # deterministic
+
+
+def _item(source: str, prompt: str, text: str) -> BufferedSuccess:
+    return BufferedSuccess(source, prompt, text, True, (1, 2), (3, 4), 0.0, 0.0)
+
+
+def test_the_buffer_dedupes_by_source_prompt_and_text_and_drops_the_oldest() -> None:
+    buffer = SuccessBuffer(capacity=3)
+    entered = buffer.add(
+        [
+            _item("b", "p0", "x"),
+            _item("b", "p0", "x"),  # the same success again
+            _item("c", "p0", "x"),  # another source
+            _item("b", "p1", "x"),  # another prompt
+        ]
+    )
+    assert entered == 3
+    assert [i.key for i in buffer.items()] == [("b", "p0", "x"), ("c", "p0", "x"), ("b", "p1", "x")]
+    assert buffer.add([_item("c", "p0", "x")]) == 0  # held already: no reordering
+    assert buffer.add([_item("b", "p2", "y"), _item("b", "p3", "z")]) == 2
+    assert [i.key for i in buffer.items()] == [("b", "p1", "x"), ("b", "p2", "y"), ("b", "p3", "z")]
+    assert ("b", "p0", "x") not in buffer and len(buffer) == 3
+
+    again = SuccessBuffer(capacity=3)
+    again.load_state_dict(buffer.state_dict())
+    assert again.items() == buffer.items()
+    with pytest.raises(ValueError, match="capacity"):
+        SuccessBuffer(capacity=0)
+
+
+# --- the config -----------------------------------------------------------------------------
+
+
+def _config_dict(**overrides: Any) -> dict[str, Any]:
+    pool = [{"name": name, "model": f"zoo:{zoo_id}"} for name, zoo_id in ZOO.items()]
+    data: dict[str, Any] = {"pool": pool, "regime": "sequential_sft", "steps": 4}
+    data["sequential_sft"] = {"sft_steps": 2, "sft_epochs": 1, "lambda_sft": 1.0}
+    data.update(overrides)
+    return data
+
+
+def _errors(data: dict[str, Any]) -> dict[str, str]:
+    with pytest.raises(ConfigError) as caught:
+        RunConfig.from_dict(data)
+    return caught.value.errors
+
+
+def test_the_declaration_and_the_example() -> None:
+    spec = regime_spec("sequential_sft")
+    assert (spec.label, spec.order, spec.colour, spec.shares) == (
+        "Sequential peer SFT",
+        4,
+        "#D55E00",
+        True,
+    )
+    assert spec.no_transfers_note(SequentialSFTConfig()) is None  # stage 2 logs transfers
+    assert [kind.name for kind in spec.event_kinds] == [sequential_sft.SAMPLE_EVENT]
+    catalogue = m.catalogue().by_key
+    for key in (sequential_sft.STAGE, sequential_sft.BUFFER_SIZE, sequential_sft.NLL,
+                sequential_sft.SAMPLES, sequential_sft.BUFFERED):  # fmt: skip
+        assert catalogue[key].group == m.SHARING
+    config = RunConfig.from_file(EXAMPLE)
+    assert config.regime == "sequential_sft" and config.section("sequential_sft").sft_steps == 20
+    assert cli_main(["validate", "--config", str(EXAMPLE)]) == 0
+
+
+def test_sft_steps_must_leave_stage_1_a_step() -> None:
+    errors = _errors(_config_dict(sequential_sft={"sft_steps": 4}))
+    assert errors == {
+        "sequential_sft.sft_steps": "sft_steps (4) must be less than steps (4): stage 1 (GRPO "
+        "while collecting the peers' successes) needs at least one step; use sft_steps <= 3, "
+        "or raise steps to at least 5"
+    }
+    errors = _errors(_config_dict(steps=1, sequential_sft={"sft_steps": 1}))
+    assert errors["sequential_sft.sft_steps"].endswith(
+        "needs at least one step; raise steps to at least 2"
+    )
+    assert _errors(_config_dict(sequential_sft={"sft_steps": 0})) == {
+        "sequential_sft.sft_steps": "sft_steps must be >= 1; got 0"
+    }
+    # Another regime's run stores the section too, but does not have to obey it.
+    assert RunConfig.from_dict(_config_dict(regime="standalone", steps=2)).steps == 2
+
+
+def test_the_other_settings_have_fix_it_messages() -> None:
+    errors = _errors(
+        _config_dict(
+            sequential_sft={"sft_steps": 2, "lambda_sft": 0, "sft_epochs": 0, "max_buffer": 0}
+        )
+    )
+    assert errors == {
+        "sequential_sft.lambda_sft": "lambda_sft must be > 0; got 0.0",
+        "sequential_sft.sft_epochs": "sft_epochs must be >= 1; got 0",
+        "sequential_sft.max_buffer": "max_buffer must be >= 1; got 0",
+    }
+    errors = _errors(_config_dict(sequential_sft={"sft_steps": 2, "sft_lr": 1e-4}))
+    assert errors["sequential_sft.sft_lr"].startswith("unknown field 'sft_lr' in sequential_sft")
+    assert "sft_epochs" in errors["sequential_sft.sft_lr"]  # it lists the known fields
+
+
+# --- one step of each stage on real tiny policies ---------------------------------------------
+
+
+def _peer_rollouts(texts: list[list[str]], finished: list[list[bool]] | None = None) -> Rollouts:
+    """A peer's rollouts of PROBLEMS built by hand, scored by the math reward's rule."""
+    flat = [t for row in texts for t in row]
+    ends = [f for row in finished for f in row] if finished else [True] * len(flat)
+    rewards = [
+        1.0 if t.startswith(f"\\boxed{{{p.answer}}}") else 0.0
+        for p, row in zip(PROBLEMS, texts, strict=True)
+        for t in row
+    ]
+    batch = RolloutBatch([[1, 2]] * len(flat), [[3]] * len(flat), flat, ends)
+    return Rollouts(PROBLEMS, batch, torch.tensor(rewards), len(texts[0]), 1.0)
+
+
+PEER_B = _peer_rollouts(
+    [["\\boxed{3}", "no", "\\boxed{3}"], ["5", "6", "7"], ["\\boxed{7} ok", "\\boxed{7}", "x"]],
+    [[True, True, True], [True, True, True], [False, True, True]],
+)
+PEER_C = _peer_rollouts([["\\boxed{3}", "a", "b"], ["c", "d", "e"], ["f", "g", "h"]])
+# SGT's order: prompt by prompt; shortest first, then the source's rank, then the text.
+EXPECTED = [
+    ("b", "p0", "\\boxed{3}", True),
+    ("c", "p0", "\\boxed{3}", True),
+    ("b", "p2", "\\boxed{7}", True),
+    ("b", "p2", "\\boxed{7} ok", False),
+]
+
+
+def _records(config: RunConfig, step: int) -> list[StepRecord]:
+    ids = tuple(p.id for p in PROBLEMS)
+    records = []
+    for name, peer in (("b", PEER_B), ("c", PEER_C)):
+        published = SequentialSFT(config, name).publish(None, peer, step)  # type: ignore[arg-type]
+        records.append(StepRecord(name, step, ids, topics=published))
+    return records
+
+
+@pytest.fixture
+def setup(zoo_dir: Path) -> tuple[RunConfig, Policy, Rollouts]:
+    config = RunConfig.from_dict(_config_dict())
+    learner = zoo_policy("a", ZOO["a"], zoo_dir, config)
+    torch.manual_seed(0)
+    return config, learner, learner.rollout(PROBLEMS)
+
+
+def _same_weights(one: Policy, other: Policy) -> bool:
+    return all(
+        torch.equal(a, b)
+        for a, b in zip(
+            one.model.state_dict().values(), other.model.state_dict().values(), strict=True
+        )
+    )
+
+
+def test_a_stage_1_step_is_standalone_grpo_and_buffers_the_translated_peer_successes(
+    setup: tuple[RunConfig, Policy, Rollouts],
+) -> None:
+    config, learner, own = setup
+    regime = SequentialSFT(config, "a")
+    step = regime.learn(learner, own, _records(config, 1), step=1)
+    plain = Standalone(config, "a").learn(learner, own, [], step=1)
+
+    batch, expected = step.batch, plain.batch
+    assert (batch.prompt_ids, batch.response_ids) == (expected.prompt_ids, expected.response_ids)
+    assert torch.equal(batch.advantages, expected.advantages)
+    assert batch.token_weights == expected.token_weights and batch.aux_terms == []
+    ours, theirs = copy.deepcopy(learner), copy.deepcopy(learner)
+    assert ours.train_step(batch) == theirs.train_step(expected)  # the same loss and metrics
+    assert _same_weights(ours, theirs)
+    assert step.events == []  # stage 1 collects; nothing is trained on yet
+    assert step.metrics == {
+        sequential_sft.STAGE: 1.0, sequential_sft.BUFFER_SIZE: 4.0,
+        sequential_sft.BUFFERED: 4.0, sequential_sft.SAMPLES: 0.0,
+    }  # fmt: skip
+
+    held = regime.buffer.items()
+    assert [(i.source, i.prompt_id, i.text, i.finished) for i in held] == EXPECTED
+    index = {p.id: i for i, p in enumerate(PROBLEMS)}
+    for item in held:  # in the learner's tokens, after the learner's own prompt
+        encoded = encode_text(item.text, learner.tokenizer, ended_with_eos=item.finished)
+        assert list(item.response_ids) == encoded.target_ids
+        assert list(item.prompt_ids) == own.batch.prompt_ids[index[item.prompt_id] * 2]
+    assert held[0].response_ids[-1] == learner.tokenizer.eos_token_id
+    assert held[3].response_ids[-1] != learner.tokenizer.eos_token_id  # cut off: no EOS
+
+    again = regime.learn(learner, own, _records(config, 2), step=2)  # the same successes
+    assert again.metrics[sequential_sft.BUFFERED] == 0.0
+    assert again.metrics[sequential_sft.BUFFER_SIZE] == 4.0
+
+
+def _nll_update(policy: Policy, prompts: list[list[int]], answers: list[list[int]], coef: float):
+    """One AdamW step on ``coef`` x the token-mean NLL, by hand; the NLL before it."""
+    input_ids, attention_mask, mask = build_sequences(prompts, answers, policy.pad_id)
+    policy.optimizer.zero_grad(set_to_none=True)
+    logits = policy.model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+    nll = -(token_log_probs(logits.float(), input_ids[:, 1:]) * mask).sum() / mask.sum()
+    (coef * nll).backward()
+    torch.nn.utils.clip_grad_norm_(policy.model.parameters(), policy.grpo.max_grad_norm)
+    policy.optimizer.step()
+    return float(nll)
+
+
+def test_a_stage_2_step_trains_only_the_nll_of_its_share_of_the_buffer(
+    setup: tuple[RunConfig, Policy, Rollouts],
+) -> None:
+    config, learner, own = setup
+    # The example's learning rate: at the fixture's 1e-3 Adam's first step (about lr per
+    # parameter, whatever the gradient's size) overshoots on this tiny model.
+    for group in learner.optimizer.param_groups:
+        group["lr"] = 3e-4
+    regime = SequentialSFT(config, "a")
+    regime.learn(learner, own, _records(config, 1), step=1)
+    assert regime.publish(learner, own, step=3) == {}  # nothing crosses in stage 2
+    step = regime.learn(learner, own, [], step=3)  # steps 4, sft_steps 2: stage 2 is 3..4
+
+    held = regime.buffer.items()
+    batch = step.batch
+    assert len(batch) == 0  # no sample of its own: no policy-gradient term
+    (term,) = batch.aux_terms
+    assert (term.loss, term.coef, term.metric) == ("nll", 1.0, sequential_sft.NLL)
+    assert term.response_ids == [list(i.response_ids) for i in held[:2]]  # ceil(4 / 2) = 2
+    assert term.prompt_ids == [list(i.prompt_ids) for i in held[:2]]
+    assert step.metrics == {
+        sequential_sft.STAGE: 2.0, sequential_sft.BUFFER_SIZE: 4.0,
+        sequential_sft.BUFFERED: 0.0, sequential_sft.SAMPLES: 2.0,
+        m.THL_UNK_FRAC: (held[0].unk_frac + held[1].unk_frac) / 2,
+        m.THL_TEXT_MISMATCH_FRAC: (held[0].text_mismatch_frac + held[1].text_mismatch_frac) / 2,
+    }  # fmt: skip
+    assert [
+        (e["kind"], e["source"], e["target"], e["prompt_id"], e["count"]) for e in step.events
+    ] == [
+        ("sft_sample", "b", "a", "p0", 1),
+        ("sft_sample", "c", "a", "p0", 1),
+    ]
+    assert step.events[0]["samples"][0]["text"] == "\\boxed{3}"
+    assert step.events[0]["samples"][0]["tokens"]  # in the learner's tokens
+
+    before = [sum(r) for r in learner.response_logprobs(term.prompt_ids, term.response_ids)]
+    tokens = sum(len(r) for r in term.response_ids)
+    twin = copy.deepcopy(learner)
+    trained = learner.train_step(batch)
+    by_hand = _nll_update(twin, term.prompt_ids, term.response_ids, term.coef)
+    assert trained[sequential_sft.NLL] == pytest.approx(-sum(before) / tokens, abs=1e-5)
+    assert trained[sequential_sft.NLL] == pytest.approx(by_hand, abs=1e-5)
+    assert m.PG_LOSS not in trained and m.KL_LOSS not in trained  # the NLL alone
+    for a, b in zip(learner.model.parameters(), twin.model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    after = [sum(r) for r in learner.response_logprobs(term.prompt_ids, term.response_ids)]
+    for b, a in zip(before, after, strict=True):
+        assert a > b + 1e-3, (b, a)  # the peers' answers became more likely
+
+    last = regime.learn(learner, own, [], step=4)
+    assert last.batch.aux_terms[0].response_ids == [list(i.response_ids) for i in held[2:]]
+
+
+def test_stage_2_with_an_empty_buffer_trains_nothing(
+    setup: tuple[RunConfig, Policy, Rollouts],
+) -> None:
+    config, learner, own = setup
+    step = SequentialSFT(config, "a").learn(learner, own, [], step=3)
+    assert len(step.batch) == 0 and step.batch.aux_terms == [] and step.events == []
+    assert step.metrics[sequential_sft.SAMPLES] == 0.0 and step.metrics[sequential_sft.NLL] == 0.0
+    untouched = copy.deepcopy(learner)
+    assert learner.train_step(step.batch) == {m.LR: learner.config.lr}
+    assert _same_weights(learner, untouched)
+    # Under ReMix as well: nothing to replay or store.
+    remix_config = RunConfig.from_dict(_config_dict(off_policy="remix"))
+    remix = ReMix(remix_config, "a")
+    metrics = remix.train(learner, step.batch, own, 3)
+    assert metrics[m.REMIX_OFFPOLICY_FRAC] == 0.0 and len(remix.replay) == 0
+    assert _same_weights(learner, untouched)
+
+
+def test_the_buffer_survives_a_checkpoint(
+    setup: tuple[RunConfig, Policy, Rollouts], tmp_path: Path
+) -> None:
+    config, learner, own = setup
+    regime = SequentialSFT(config, "a")
+    regime.learn(learner, own, _records(config, 1), step=1)
+    torch.save(regime.state_dict(), tmp_path / "state.pt")  # as the worker state is saved
+    resumed = SequentialSFT(config, "a")
+    resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False))
+    assert resumed.buffer.items() == regime.buffer.items()
+    one, other = regime.learn(learner, own, [], 3), resumed.learn(learner, own, [], 3)
+    assert one.batch.aux_terms == other.batch.aux_terms and one.events == other.events
+
+
+# --- end to end -----------------------------------------------------------------------------
+
+STEPS, SFT_STEPS, EPOCHS = 4, 2, 2
+
+
+def _run(zoo_dir: Path, config_path: Path, run_dir: Path, *extra: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", "run", "--config", str(config_path),
+         "--run-dir", str(run_dir), *extra],
+        cwd=REPO, env={**os.environ, "MRL_ZOO_DIR": str(zoo_dir)},
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _points(run_dir: Path) -> dict[tuple[str, str, int], float]:
+    return {
+        (p["policy"], p["key"], p["step"]): decode_value(p["value"]) for p in read_points(run_dir)
+    }
+
+
+def _event_keys(run_dir: Path) -> list[tuple[Any, ...]]:
+    return [
+        (e["step"], e["source"], e["target"], e["kind"], e["prompt_id"], e["count"],
+         tuple(s["text"] for s in e["samples"]))
+        for e in read_events(run_dir)
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_short_run_trains_stage_1_then_stage_2_and_resumes_with_its_buffer(
+    zoo_dir: Path, tmp_path: Path
+) -> None:
+    pool = [
+        {"name": name, "model": f"zoo:{ZOO[name]}", "group_size": 4, "max_new_tokens": 12}
+        for name in ("a", "b")
+    ]
+    config = {
+        "name": "sequential-sft-e2e", "pool": pool, "regime": "sequential_sft",
+        "sequential_sft": {"sft_steps": SFT_STEPS, "sft_epochs": EPOCHS, "lambda_sft": 1.0},
+        "task": {"kind": "arithmetic", "levels": [1], "val_size": 4},
+        "steps": STEPS, "prompts_per_step": 6, "val_every": 1, "checkpoint_every": STEPS,
+        "seed": 0,
+    }  # fmt: skip
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(config))
+    run_dir = tmp_path / "run"
+    _run(zoo_dir, config_path, run_dir)
+
+    points = _points(run_dir)
+    assert not {key for _, key, _ in points} - set(m.catalogue().by_key)  # all catalogued
+    events = list(read_events(run_dir))
+    for policy in ("a", "b"):
+        stages = [points[(policy, sequential_sft.STAGE, s)] for s in range(1, STEPS + 1)]
+        assert stages == [1.0, 1.0, 2.0, 2.0]
+        for s in range(1, STEPS + 1):  # the curves go on through both stages
+            assert (policy, m.TRAIN_REWARD_MEAN, s) in points
+            assert (policy, m.VAL_REWARD_AT_1, s) in points
+            assert ((policy, m.PG_LOSS, s) in points) == (s <= STEPS - SFT_STEPS)
+        sizes = [points[(policy, sequential_sft.BUFFER_SIZE, s)] for s in range(1, STEPS + 1)]
+        assert sizes[0] <= sizes[1] == sizes[2] == sizes[3]
+        assert sizes[1] > 0, f"{policy}'s peer solved no prompt: nothing to fine-tune on"
+        trained = [points[(policy, sequential_sft.SAMPLES, s)] for s in range(1, STEPS + 1)]
+        assert trained[:2] == [0.0, 0.0] and sum(trained) == EPOCHS * sizes[1]
+        assert points[(policy, sequential_sft.NLL, 3)] > 0
+        received = [e for e in events if e["target"] == policy]
+        assert {e["step"] for e in received} == {3, 4}
+        assert sum(e["count"] for e in received) == EPOCHS * sizes[1]
+    assert {e["kind"] for e in events} == {"sft_sample"}
+    assert all(e["source"] != e["target"] and e["samples"] for e in events)
+
+    # Stopped after step 3 and resumed: step 4 trains on the same buffered samples.
+    resumed_dir = tmp_path / "resumed"
+    _run(zoo_dir, config_path, resumed_dir, "--steps", "3")
+    _run(zoo_dir, config_path, resumed_dir, "--resume")
+    assert _event_keys(resumed_dir) == _event_keys(run_dir)
+    resumed = _points(resumed_dir)
+    for policy in ("a", "b"):
+        for key in (sequential_sft.BUFFER_SIZE, sequential_sft.SAMPLES):
+            assert resumed[(policy, key, 4)] == points[(policy, key, 4)]
