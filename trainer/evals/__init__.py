@@ -5,5 +5,6 @@
 generative math, exact match); :mod:`trainer.evals.synthetic` writes the seeded
 synthetic suite used by the tests and the demo; :mod:`trainer.evals.evaluate` opens a
 checkpoint, scores one policy on a suite and spools the results for shipping
-(``python -m trainer eval``).
+(``python -m trainer eval``), and plans a run's evaluation at several checkpoints and its
+base models (``python -m trainer eval-run``).
 """

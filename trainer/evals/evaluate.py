@@ -1,14 +1,21 @@
-"""Evaluating one policy of one checkpoint on a suite, and spooling the results.
+"""Evaluating a run's policies at its checkpoints on a suite, and spooling the results.
 
-``python -m trainer eval`` (:mod:`trainer.cli`) is plumbing around these functions:
+``python -m trainer eval`` (one policy of one checkpoint) and ``python -m trainer
+eval-run`` (several policies and checkpoints of a run in one process) in
+:mod:`trainer.cli` are plumbing around these functions:
 
 * :func:`open_checkpoint` reads a checkpoint directory that :mod:`trainer.checkpoint`
   wrote (``<run_dir>/checkpoints/step_NNNNNN``, complete once ``state.json`` exists, or
   one policy's folder inside it). The step comes from ``state.json``, never from the
   user; the run directory's ``config.json`` says each policy's base model, tokenizer,
   dtype, chat template and response length.
-* :func:`load_policy_model` loads a policy's base model and tokenizer from the run
-  config, then the checkpoint's weights over them.
+* :func:`load_base_model` loads a policy's base model and tokenizer from the run
+  config; :func:`load_checkpoint_weights` loads a checkpoint's weights over it (again
+  and again: ``eval-run`` loads each policy's model once, then each checkpoint in
+  turn); :func:`load_policy_model` does both.
+* :func:`run_checkpoints`, :func:`select_checkpoints` and :func:`plan_evaluations` say
+  what ``eval-run`` evaluates: for each chosen policy in pool order, its base model
+  first (with ``--base``), then the chosen checkpoints in ascending step order.
 * :func:`load_suite_items` reads every task file of a suite (all problems reported at
   once); :func:`evaluate_suite` scores them with :data:`trainer.evals.scoring.SCORERS`,
   batched. Generative tasks (math, exact match) see the prompt as the policy's rollouts
@@ -17,6 +24,11 @@
 * :func:`eval_points` turns the results into metric points at the checkpoint's step:
   ``eval/<suite>/<task>/accuracy``, ``eval/<suite>/<task>/n`` and, for multiple choice,
   ``eval/<suite>/<task>/acc_norm`` (SPEC 9).
+
+**Step 0 is the base model** (:data:`BASE_STEP`): the run config's model of a policy,
+without any checkpoint's weights, is recorded at step 0, before any update (the
+trainer's first update is step 1, and its checkpoints are at steps >= 1). Its results
+file is ``<policy>-step000000.json`` and its points sit at step 0 on the run's curves.
 
 **The spool** (:data:`EVAL_SPOOL_DIR`). Points go to ``<run_dir>/evals/metrics.jsonl``
 through :class:`trainer.spool.Spool` before any network call, then
@@ -42,13 +54,17 @@ from typing import Any
 from trainer.chat import format_prompt
 from trainer.checkpoint import CHECKPOINTS_DIR, STATE_FILE, load_weights, read_state
 from trainer.config import ConfigError, PolicyConfig, RunConfig
-from trainer.evals.scoring import SCORERS, TaskResult
+from trainer.evals.scoring import SCORERS, TaskResult, prompt_budget
 from trainer.evals.suite import ChoiceItem, SuiteConfig, load_task_items
 from trainer.models import ModelSourceError, load_causal_lm, load_tokenizer
 from trainer.run import CONFIG_FILE, policy_sources
 from trainer.spool import Point, Spool, make_point
 from trainer.tasks.base import Problem
 
+BASE_STEP = 0
+"""The step a policy's base model is recorded at (module docstring)."""
+STEP_CHOICES = ("final", "all", "none")
+"""The named ``--steps`` of ``eval-run`` (besides a comma list of steps)."""
 EVAL_SPOOL_DIR = "evals"
 """The evaluation spool's directory inside the run directory (see the module docstring)."""
 WEIGHTS_FILE = "model.safetensors"
@@ -105,14 +121,135 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
             f"{path} is not inside a run directory (no {config_file}); evaluate a checkpoint "
             "where the trainer wrote it, <run_dir>/checkpoints/step_NNNNNN"
         )
-    try:
-        config = RunConfig.from_file(config_file)
-    except ConfigError as exc:
-        raise EvalError(f"the run config {config_file} is invalid: {exc}") from exc
+    config = _run_config(config_file)
     policies = tuple(p.name for p in config.pool if (path / p.name / WEIGHTS_FILE).is_file())
     if not policies:
         raise EvalError(f"checkpoint {path} holds no policy weights ({WEIGHTS_FILE})")
     return Checkpoint(path, step, run_dir, config, policies, chosen)
+
+
+def _run_config(config_file: Path) -> RunConfig:
+    try:
+        return RunConfig.from_file(config_file)
+    except ConfigError as exc:
+        raise EvalError(f"the run config {config_file} is invalid: {exc}") from exc
+
+
+def open_run(run_dir: str | Path) -> RunConfig:
+    """The config of the run in ``run_dir``; :class:`EvalError` says why it is not one."""
+    run_dir = Path(run_dir).expanduser().resolve()
+    if not run_dir.is_dir():
+        raise EvalError(f"run directory {run_dir} does not exist")
+    config_file = run_dir / CONFIG_FILE
+    if not config_file.is_file():
+        raise EvalError(
+            f"{run_dir} is not a run directory (no {CONFIG_FILE}); give the --run-dir "
+            "a `python -m trainer run` wrote"
+        )
+    return _run_config(config_file)
+
+
+def run_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
+    """The run's complete checkpoints (``checkpoints/step_*/state.json``), by step;
+    ones still being written (no ``state.json``) are left out."""
+    directory = Path(run_dir).expanduser().resolve() / CHECKPOINTS_DIR
+    found = [open_checkpoint(state.parent) for state in directory.glob(f"step_*/{STATE_FILE}")]
+    return sorted(found, key=lambda checkpoint: checkpoint.step)
+
+
+def select_checkpoints(checkpoints: Sequence[Checkpoint], steps: str) -> list[Checkpoint]:
+    """The checkpoints ``--steps`` names: ``final`` (the latest, none when there is
+    none), ``all``, ``none``, or a comma list of steps that must all exist (else
+    :class:`EvalError` listing the available steps). Ascending, each once."""
+    spec = steps.strip().lower()
+    if spec == "final":
+        return list(checkpoints[-1:])
+    if spec == "all":
+        return list(checkpoints)
+    if spec == "none":
+        return []
+    try:
+        wanted = sorted({int(part) for part in spec.split(",")})
+    except ValueError:
+        raise EvalError(
+            f"--steps must be {', '.join(STEP_CHOICES)} or a comma list of checkpoint "
+            f"steps (e.g. 20,40); got {steps!r}"
+        ) from None
+    by_step = {checkpoint.step: checkpoint for checkpoint in checkpoints}
+    missing = [step for step in wanted if step not in by_step]
+    if missing:
+        available = ", ".join(str(step) for step in by_step) or "none"
+        raise EvalError(
+            f"the run has no complete checkpoint at step {', '.join(map(str, missing))}; "
+            f"its checkpoints' steps: {available}"
+        )
+    return [by_step[step] for step in wanted]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One unit of ``eval-run``: a policy at a checkpoint, or its base model."""
+
+    policy: str
+    step: int
+    checkpoint: Checkpoint | None
+    """None: the base model, recorded at :data:`BASE_STEP`."""
+
+    @property
+    def file_name(self) -> str:
+        """Its results file in the output directory: ``<policy>-step<NNNNNN>.json``."""
+        return f"{self.policy}-step{self.step:06d}.json"
+
+
+def plan_evaluations(
+    run_dir: str | Path,
+    *,
+    steps: str = "final",
+    policies: Sequence[str] | None = None,
+    base: bool = False,
+) -> tuple[RunConfig, list[Evaluation]]:
+    """The run's config and what to evaluate of it, in order: policies in pool order
+    (``policies``: default all), each with its base model first (``base``), then the
+    checkpoints ``steps`` names (:func:`select_checkpoints`) in step order.
+
+    :class:`EvalError` for a directory that is not a run, an unknown step or policy, a
+    checkpoint without a chosen policy's weights, or nothing to evaluate."""
+    run_dir = Path(run_dir).expanduser().resolve()
+    config = open_run(run_dir)
+    available = run_checkpoints(run_dir)
+    checkpoints = select_checkpoints(available, steps)
+    if not checkpoints and not base:
+        if available:
+            raise EvalError(
+                f"--steps {steps} chooses no checkpoint; add --base to evaluate the base "
+                "models alone"
+            )
+        raise EvalError(
+            f"{run_dir} has no complete checkpoint ({CHECKPOINTS_DIR}/step_*/{STATE_FILE}); "
+            "add --base to evaluate the base models alone"
+        )
+    pool = [policy.name for policy in config.pool]
+    unknown = [name for name in policies or () if name not in pool]
+    if unknown:
+        raise EvalError(
+            f"the run has no policy {', '.join(map(repr, unknown))}; its policies: "
+            + ", ".join(pool)
+        )
+    chosen = [name for name in pool if not policies or name in policies]
+    for checkpoint in checkpoints:
+        lacking = [name for name in chosen if name not in checkpoint.policies]
+        if lacking:
+            raise EvalError(
+                f"checkpoint {checkpoint.directory} holds no weights of "
+                f"{', '.join(map(repr, lacking))}; its policies: {', '.join(checkpoint.policies)}"
+            )
+    units: list[Checkpoint | None] = [None] if base else []
+    units.extend(checkpoints)
+    return config, [
+        Evaluation(name, BASE_STEP if checkpoint is None else checkpoint.step, checkpoint)
+        for name in chosen
+        for checkpoint in units
+    ]
 
 
 def pick_policy(checkpoint: Checkpoint, name: str | None) -> str:
@@ -138,23 +275,62 @@ def pick_policy(checkpoint: Checkpoint, name: str | None) -> str:
     return wanted
 
 
+def load_base_model(
+    config: PolicyConfig, *, zoo_dir: Path | None = None, device: str = "cpu"
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a policy's base model (the run config's model,
+    tokenizer and dtype), on ``device``, in eval mode."""
+    try:
+        model_dir, tokenizer_dir = policy_sources(config, zoo_dir)
+    except ModelSourceError as exc:
+        raise EvalError(f"cannot load {config.name}'s base model: {exc}") from exc
+    tokenizer = load_tokenizer(tokenizer_dir)
+    model = load_causal_lm(model_dir, config.dtype)
+    return model.to(device).eval(), tokenizer
+
+
+def load_checkpoint_weights(model: Any, checkpoint: Checkpoint, policy: str) -> None:
+    """Load ``policy``'s weights at ``checkpoint`` over ``model`` (every tensor of it)."""
+    path = checkpoint.directory / policy / WEIGHTS_FILE
+    try:
+        load_weights(path, model)
+    except RuntimeError as exc:
+        model_name = checkpoint.policy_config(policy).model
+        raise EvalError(f"the checkpoint's weights do not fit {model_name}: {exc}") from exc
+    model.eval()
+
+
 def load_policy_model(
     checkpoint: Checkpoint, policy: str, *, zoo_dir: Path | None = None, device: str = "cpu"
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of ``policy`` at the checkpoint: the run config's base
     model and tokenizer, with the checkpoint's weights loaded over the model."""
-    config = checkpoint.policy_config(policy)
+    model, tokenizer = load_base_model(
+        checkpoint.policy_config(policy), zoo_dir=zoo_dir, device=device
+    )
+    load_checkpoint_weights(model, checkpoint, policy)
+    return model, tokenizer
+
+
+def check_generation_fits(
+    config: PolicyConfig, suite: SuiteConfig, max_new_tokens: int, *, zoo_dir: Path | None
+) -> None:
+    """:class:`EvalError` when the suite generates and ``max_new_tokens`` leaves no room
+    for a prompt in the window of the policy's model (read from its config alone, before
+    loading it; :func:`trainer.evals.scoring.prompt_budget`)."""
+    if all(task.type == "multiple_choice" for task in suite.tasks):
+        return
+    from transformers import AutoConfig
+
     try:
-        model_dir, tokenizer_dir = policy_sources(config, zoo_dir)
+        model_dir, _ = policy_sources(config, zoo_dir)
     except ModelSourceError as exc:
-        raise EvalError(f"cannot load {policy}'s base model: {exc}") from exc
-    tokenizer = load_tokenizer(tokenizer_dir)
-    model = load_causal_lm(model_dir, config.dtype)
+        raise EvalError(f"cannot load {config.name}'s base model: {exc}") from exc
     try:
-        load_weights(checkpoint.directory / policy / WEIGHTS_FILE, model)
-    except RuntimeError as exc:
-        raise EvalError(f"the checkpoint's weights do not fit {model_dir}: {exc}") from exc
-    return model.to(device).eval(), tokenizer
+        model_config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+        prompt_budget(model_config, max_new_tokens)
+    except ValueError as exc:
+        raise EvalError(f"cannot evaluate suite {suite.name!r} on {config.name}: {exc}") from exc
 
 
 # --- the suite ------------------------------------------------------------------------------
@@ -219,7 +395,8 @@ def results_json(
     suite: SuiteConfig, policy: str, step: int, results: Mapping[str, TaskResult]
 ) -> dict[str, Any]:
     """The ``--out`` document: ``{"suite", "policy", "step", "tasks": {name: {"type",
-    "accuracy", "n"[, "acc_norm"]}}}``."""
+    "accuracy", "n"[, "acc_norm"], "truncated"}}}`` (``truncated``: items cut from the
+    left to fit the model, :mod:`trainer.evals.scoring`)."""
     tasks: dict[str, dict[str, Any]] = {}
     for task in suite.tasks:
         metrics = results[task.name].metrics
@@ -230,6 +407,7 @@ def results_json(
         }
         if task.type == "multiple_choice":
             entry["acc_norm"] = metrics["acc_norm"]
+        entry["truncated"] = int(metrics.get("truncated", 0))
         tasks[task.name] = entry
     return {"suite": suite.name, "policy": policy, "step": step, "tasks": tasks}
 

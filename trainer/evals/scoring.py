@@ -31,6 +31,19 @@ context, included), and the item is flagged ``merged`` (``boundary_merged`` coun
 With no merge this is exactly lm-eval's split. A context that encodes to no tokens is
 conditioned on the BOS token (else EOS), as lm-eval's ``prefix_token_id``.
 
+**Long inputs are cut from the left**, as lm-eval's HF backend does, never refused. The
+model's window is its config's ``n_positions`` / ``max_position_embeddings``
+(:func:`max_positions`; no limit when it has neither). A log-likelihood request keeps
+its continuation whole and the *last* ``window + 1`` tokens of context + continuation
+(the first is only conditioned on; lm-eval's ``(context_enc +
+continuation_enc)[-(max_length + 1):]``, :func:`fit_window`); a continuation longer than
+the window on its own is scored on its last ``window`` tokens, conditioned on the token
+before them. A generative prompt keeps its last ``window - max_new_tokens`` tokens
+(lm-eval's ``generate_until``), so prompt and answer fit; a ``max_new_tokens`` that
+leaves no room for a prompt is refused. Each task counts its cut items in the
+``truncated`` metric (a multiple-choice item counts once, whichever of its choices were
+cut); it is in :class:`TaskResult` and the results file, not in the shipped metric keys.
+
 **Why not lm-eval** (checked on 2026-12-01 with ``pip download lm-eval``: version 0.4.13).
 Its wheel requires 14 packages (``datasets``, ``evaluate``, ``rouge-score``,
 ``sacrebleu``, ``scikit-learn``, ``sqlitedict``, ``pytablewriter``, ``word2number``, ...)
@@ -76,6 +89,8 @@ class EncodedPair:
     continuation text."""
     merged: bool
     """Whether the tokenizer merged across the boundary (module docstring)."""
+    truncated: bool = False
+    """Whether :func:`fit_window` cut tokens off the left to fit the model's window."""
 
 
 def prefix_token_id(tokenizer: Any) -> int:
@@ -101,6 +116,20 @@ def encode_pair(tokenizer: Any, context: str, continuation: str) -> EncodedPair:
         raise ValueError(f"the continuation {continuation!r} encodes to no tokens")
     conditioning = whole[:common] or [prefix_token_id(tokenizer)]
     return EncodedPair(conditioning, scored, merged=common < len(head))
+
+
+def fit_window(pair: EncodedPair, window: int | None) -> EncodedPair:
+    """``pair`` cut from the left to fit a model of ``window`` positions (module
+    docstring): at most ``window + 1`` tokens, the continuation whole when it fits in
+    ``window``, else its last ``window`` tokens; ``truncated`` says whether it was cut."""
+    if window is None or len(pair.context) + len(pair.continuation) <= window + 1:
+        return pair
+    if window < 1:
+        raise ValueError(f"a model window of {window} positions scores nothing")
+    continuation = pair.continuation[-window:]
+    kept = pair.context + pair.continuation[: len(pair.continuation) - len(continuation)]
+    context = kept[-(window + 1 - len(continuation)) :]
+    return EncodedPair(context, continuation, pair.merged, truncated=True)
 
 
 # --- log-likelihoods ------------------------------------------------------------------------
@@ -130,6 +159,9 @@ class LogLikelihood:
     greedy: bool
     """Whether greedy decoding from the context would produce the continuation."""
     merged: bool
+    truncated: bool = False
+    """Whether the request was cut from the left to fit the model (:func:`fit_window`);
+    ``n_tokens`` then counts the continuation tokens actually scored."""
 
 
 def loglikelihoods(
@@ -142,17 +174,12 @@ def loglikelihoods(
     """The :class:`LogLikelihood` of each ``(context, continuation)`` request.
 
     Batched with right padding (causal attention: a position never sees the padding
-    after it), longest first; results come back in request order.
+    after it), longest first; results come back in request order. A request longer than
+    the model's window is cut from the left (:func:`fit_window`).
     """
-    pairs = [encode_pair(tokenizer, context, cont) for context, cont in requests]
-    limit = _max_positions(model)
+    window = max_positions(model)
+    pairs = [fit_window(encode_pair(tokenizer, c, x), window) for c, x in requests]
     lengths = [len(pair.context) + len(pair.continuation) for pair in pairs]
-    for index in range(len(pairs)):
-        if limit is not None and lengths[index] > limit + 1:
-            raise ValueError(
-                f"request {index} has {lengths[index]} tokens but "
-                f"the model takes {limit} positions; shorten the context"
-            )
     order = sorted(range(len(pairs)), key=lambda i: -lengths[i])
     results: list[LogLikelihood | None] = [None] * len(pairs)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -180,6 +207,7 @@ def loglikelihoods(
                     n_tokens=len(pairs[i].continuation),
                     greedy=bool(greedy[row]),
                     merged=pairs[i].merged,
+                    truncated=pairs[i].truncated,
                 )
     return [result for result in results if result is not None]
 
@@ -215,14 +243,17 @@ class ChoiceScore:
     prediction_bytes: int
     answer: int
     merged: bool
+    truncated: bool = False
+    """Whether any of its choices was cut from the left to fit the model."""
 
 
 @dataclass
 class TaskResult:
     """A task's scores: per-item ``scores`` (1.0 / 0.0) and the task's metrics.
 
-    ``metrics`` holds ``accuracy`` and ``n`` (SPEC 9's ``eval/<suite>/<task>/...``), and
-    per type: ``acc_norm``, ``acc_bytes``, ``boundary_merged`` for multiple choice.
+    ``metrics`` holds ``accuracy`` and ``n`` (SPEC 9's ``eval/<suite>/<task>/...``),
+    ``truncated`` (items cut from the left to fit the model, module docstring), and per
+    type: ``acc_norm``, ``acc_bytes``, ``boundary_merged`` for multiple choice.
     """
 
     metrics: dict[str, float]
@@ -260,7 +291,14 @@ def score_multiple_choice(
         prediction, norm, size = choose(logprobs, item.choices)
         scored.append(
             ChoiceScore(
-                item.id, logprobs, prediction, norm, size, item.answer, any(r.merged for r in own)
+                item.id,
+                logprobs,
+                prediction,
+                norm,
+                size,
+                item.answer,
+                merged=any(r.merged for r in own),
+                truncated=any(r.truncated for r in own),
             )
         )
     scores = [float(s.prediction == s.answer) for s in scored]
@@ -270,33 +308,64 @@ def score_multiple_choice(
         "acc_norm": _mean([float(s.prediction_norm == s.answer) for s in scored]),
         "acc_bytes": _mean([float(s.prediction_bytes == s.answer) for s in scored]),
         "boundary_merged": float(sum(s.merged for s in scored)),
+        "truncated": float(sum(s.truncated for s in scored)),
     }
     return TaskResult(metrics=metrics, scores=scores, choices=scored)
 
 
 # --- generation -----------------------------------------------------------------------------
-def greedy_generate(
+def prompt_budget(model: Any, max_new_tokens: int) -> int | None:
+    """How many prompt tokens fit beside ``max_new_tokens`` new ones in the window of
+    ``model`` (or of a model config) (None: no limit); ``ValueError`` when none do."""
+    window = max_positions(model)
+    if window is None:
+        return None
+    if max_new_tokens >= window:
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} leaves no room for a prompt: the model "
+            f"takes {window} positions; generate fewer tokens"
+        )
+    return window - max_new_tokens
+
+
+@dataclass(frozen=True)
+class Generations:
+    """Greedy completions, and which prompts were cut from the left to fit the model."""
+
+    completions: list[str]
+    truncated: list[bool]
+
+
+def generate_completions(
     model: Any,
     tokenizer: Any,
     prompts: Sequence[str],
     *,
     max_new_tokens: int = 32,
     batch_size: int = 16,
-) -> list[str]:
+) -> Generations:
     """Greedy completions of ``prompts`` (already formatted), decoded up to EOS.
 
-    Batched with left padding and the KV cache; special tokens are not decoded.
+    Batched with left padding and the KV cache; special tokens are not decoded. A prompt
+    keeps its last :func:`prompt_budget` tokens (module docstring: long inputs).
     """
+    budget = prompt_budget(model, max_new_tokens)
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     device = _device(model)
     completions: list[str] = []
+    truncated: list[bool] = []
     with _evaluating(model), torch.inference_mode():
         for start in range(0, len(prompts), batch_size):
             encoded = [
                 tokenizer.encode(p, add_special_tokens=False) or [prefix_token_id(tokenizer)]
                 for p in prompts[start : start + batch_size]
             ]
+            if budget is not None:
+                truncated.extend(len(ids) > budget for ids in encoded)
+                encoded = [ids[-budget:] for ids in encoded]
+            else:
+                truncated.extend(False for _ in encoded)
             width = max(len(ids) for ids in encoded)
             input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
             attention = torch.zeros_like(input_ids)
@@ -315,7 +384,21 @@ def greedy_generate(
                 if eos is not None and eos in ids:
                     ids = ids[: ids.index(eos)]
                 completions.append(tokenizer.decode(ids, skip_special_tokens=True))
-    return completions
+    return Generations(completions, truncated)
+
+
+def greedy_generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int = 32,
+    batch_size: int = 16,
+) -> list[str]:
+    """The completions of :func:`generate_completions`."""
+    return generate_completions(
+        model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size
+    ).completions
 
 
 def math_scores(completions: Sequence[str], answers: Sequence[str]) -> list[float]:
@@ -348,12 +431,16 @@ def _score_generated(
     batch_size: int,
 ) -> TaskResult:
     prompts = [format_prompt(p.prompt) if format_prompt else p.prompt for p in problems]
-    completions = greedy_generate(
+    generated = generate_completions(
         model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size
     )
-    scores = scorer(completions, [p.answer for p in problems])
-    metrics = {"accuracy": _mean(scores), "n": float(len(scores))}
-    return TaskResult(metrics=metrics, scores=scores, completions=completions)
+    scores = scorer(generated.completions, [p.answer for p in problems])
+    metrics = {
+        "accuracy": _mean(scores),
+        "n": float(len(scores)),
+        "truncated": float(sum(generated.truncated)),
+    }
+    return TaskResult(metrics=metrics, scores=scores, completions=generated.completions)
 
 
 def score_math(
@@ -404,8 +491,10 @@ def _device(model: Any) -> torch.device:
     return parameter.device if parameter is not None else torch.device("cpu")
 
 
-def _max_positions(model: Any) -> int | None:
-    config = getattr(model, "config", None)
+def max_positions(model: Any) -> int | None:
+    """The model's window: its config's ``max_position_embeddings`` or ``n_positions``
+    (None when it has neither); ``model`` may be the config itself."""
+    config = getattr(model, "config", model)
     for name in ("max_position_embeddings", "n_positions"):
         value = getattr(config, name, None)
         if isinstance(value, int):

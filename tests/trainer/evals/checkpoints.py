@@ -14,11 +14,15 @@ POLICIES = ("llama-char", "gpt2-unigram")
 STEPS = 2
 
 
-def trained_run(zoo_dir: Path, run_dir: Path) -> Path:
-    """Train the standalone pool for :data:`STEPS` small steps into ``run_dir``; the
-    directory of its checkpoint (``checkpoints/step_000002``)."""
+def trained_run(
+    zoo_dir: Path, run_dir: Path, *, steps: int = STEPS, checkpoint_every: int | None = None
+) -> Path:
+    """Train the standalone pool for ``steps`` small steps into ``run_dir``, with a
+    checkpoint every ``checkpoint_every`` (default: at the end only); the directory of
+    its last checkpoint (``checkpoints/step_000002`` by default)."""
     data = json.loads((REPO / "examples/standalone.json").read_text())
-    data.update(steps=STEPS, prompts_per_step=4, val_every=STEPS, checkpoint_every=STEPS)
+    every = checkpoint_every or steps
+    data.update(steps=steps, prompts_per_step=4, val_every=steps, checkpoint_every=every)
     data["task"]["val_size"] = 8
     for policy in data["pool"]:
         policy["group_size"] = 2
@@ -32,17 +36,18 @@ def trained_run(zoo_dir: Path, run_dir: Path) -> Path:
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    checkpoint = run_dir / "checkpoints" / f"step_{STEPS:06d}"
+    checkpoint = run_dir / "checkpoints" / f"step_{steps:06d}"
     assert (checkpoint / "state.json").is_file()
     return checkpoint
 
 
 def trainer_eval(
-    zoo_dir: Path, *args: str | Path, env: dict[str, str] | None = None
+    zoo_dir: Path, *args: str | Path, env: dict[str, str] | None = None, command: str = "eval"
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m trainer eval ARGS`` (the real entry point), two CPU threads."""
+    """``python -m trainer eval ARGS`` (the real entry point; ``command="eval-run"``
+    for that one), two CPU threads."""
     return subprocess.run(
-        [sys.executable, "-m", "trainer", "eval", "--threads", "2", *map(str, args)],
+        [sys.executable, "-m", "trainer", command, "--threads", "2", *map(str, args)],
         cwd=REPO,
         env={**os.environ, "MRL_ZOO_DIR": str(zoo_dir), **(env or {})},
         capture_output=True,

@@ -109,6 +109,7 @@ def test_multiple_choice_picks_by_sum_and_by_length(bigram):
         "acc_norm": 0.5,
         "acc_bytes": 0.5,
         "boundary_merged": 0.0,
+        "truncated": 0.0,
     }
 
 
@@ -243,4 +244,4 @@ def test_generative_scorers_score_hand_made_generations():
     assert math.completions == list(script.values())
     assert math.scores == [1.0, 0.0, 1.0]  # the last number counts without a box
     assert exact.scores == [0.0, 0.0, 1.0]
-    assert exact.metrics == {"accuracy": pytest.approx(1 / 3), "n": 3.0}
+    assert exact.metrics == {"accuracy": pytest.approx(1 / 3), "n": 3.0, "truncated": 0.0}
