@@ -416,14 +416,7 @@ class Policy:
             return metrics
         self.optimizer.zero_grad(set_to_none=True)
         tally = _Tally()
-        for aux in aux_sets:
-            tally.add(aux.term.metric, self._aux_backward(aux))
-        grad_norm = float(
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grpo.max_grad_norm)
-        )
-        tally.add(m.GRAD_NORM, grad_norm)
-        if math.isfinite(grad_norm):
-            self.optimizer.step()
+        self._aux_and_step(tally, aux_sets)
         return tally.metrics(1) | metrics
 
     def _objective_settings(self, remix: RemixObjective | None) -> ObjectiveSettings:
@@ -521,6 +514,12 @@ class Policy:
                 tally.add(key, value.item() * share)
             for stat in out.token_stats:
                 tally.add_tokens(stat)
+        self._aux_and_step(tally, aux_sets)
+        return tally
+
+    def _aux_and_step(self, tally: _Tally, aux_sets: list[_AuxSet]) -> None:
+        """Backward the batch's aux terms onto the gradients already accumulated, clip,
+        and step (a non-finite gradient norm skips the step)."""
         for aux in aux_sets:
             tally.add(aux.term.metric, self._aux_backward(aux))
         grad_norm = float(
@@ -529,7 +528,6 @@ class Policy:
         tally.add(m.GRAD_NORM, grad_norm)
         if math.isfinite(grad_norm):
             self.optimizer.step()
-        return tally
 
     def _aux_backward(self, aux: _AuxSet) -> float:
         """Backward ``coef`` x the token-mean of the term's loss over its sequences (its

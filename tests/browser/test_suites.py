@@ -15,19 +15,13 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.conftest import log_in
+from tests.webapp.test_suites import SYNTHETIC_TASKS
 from trainer.evals.synthetic import write_synthetic_suite
 from webapp.experiments.models import EvalSuite
 
 pytestmark = pytest.mark.browser
 
-TASKS = (
-    "arith-addition",
-    "arith-subtraction",
-    "arith-mixed",
-    "arith-multiplication",
-    "larger",
-    "word-problems",
-)
+TASKS = tuple(SYNTHETIC_TASKS)
 
 
 def screenshot(page: Page, name: str) -> None:
