@@ -18,9 +18,11 @@ from scheduler import evaluations as jobs
 from scheduler.backends import group_members
 from scheduler.tasks import evaluations_sync
 from tests.integration.conftest import SchedulerWorld
-from tests.integration.test_run_lifecycle import BACKENDS, STEPS, Watcher, launch
+from tests.integration.test_run_lifecycle import BACKENDS, STEPS, Watcher, launch, tiny_config
+from trainer.config import RunConfig
 from trainer.evals.suite import SuiteConfig
 from trainer.evals.synthetic import write_synthetic_suite
+from trainer.run import CONFIG_FILE
 from webapp.experiments import services
 from webapp.experiments.models import EvalSuite, Evaluation, MetricPoint, Run
 
@@ -117,11 +119,9 @@ def test_a_completed_run_is_evaluated_automatically_on_its_backend(
 def test_an_evaluation_is_cancelled_with_its_job(
     scheduler_world: SchedulerWorld, alice: User, tmp_path: Path
 ) -> None:
-    run = launch(alice, "local", name="cancel-eval")
-    run = Watcher(scheduler_world, run).until_state("completed", "failed", "cancelled")
-    assert run.state == "completed", run.failure_reason
+    run = finished_run_without_training(alice, scheduler_world.run_root)
     suite = long_suite(alice, tmp_path / "long.jsonl", items=4000)
-    evaluation = jobs.queue(run, suite, owner=alice, steps="all")
+    evaluation = jobs.queue(run, suite, owner=alice, steps="none", include_base=True)
     follow(scheduler_world, evaluation, "running")
 
     assert jobs.request_cancel(evaluation).startswith("Cancelling")
@@ -131,3 +131,18 @@ def test_an_evaluation_is_cancelled_with_its_job(
     assert not group_members(int(evaluation.job_id))  # the whole process group is gone
     run.refresh_from_db()
     assert run.state == "completed"  # the run itself is untouched
+
+
+def finished_run_without_training(owner: User, run_root: Path) -> Run:
+    """A completed run whose directory holds only its config: enough for evaluating its
+    base models (the training is not what this test is about)."""
+    experiment = services.experiment_create(
+        owner=owner, config=tiny_config("cancel-eval"), seeds=[0], resources={"backend": "local"}
+    )
+    run = services.runs_create(experiment, state=Run.State.COMPLETED)[0]
+    run_dir = run_root / f"run-{run.pk}"
+    run_dir.mkdir()
+    (run_dir / CONFIG_FILE).write_text(RunConfig.from_dict(run.config).to_json())
+    Run.objects.filter(pk=run.pk).update(run_dir=str(run_dir), backend="local")
+    run.refresh_from_db()
+    return run

@@ -215,8 +215,22 @@ def slurm_jobs(run: Run) -> list[tuple[str, str]]:
     Sorted by the job id's number: as strings, job 100 would come before job 98.
     """
     name = f"mrl-{job_spec(run).name}"
-    jobs = [(job.job_id, job.state) for job in slurm.squeue().values() if job.name == name]
+    jobs = [(job.job_id, job.state) for job in squeue_patiently().values() if job.name == name]
     return sorted(jobs, key=lambda job: int(job[0]))
+
+
+def squeue_patiently(attempts: int = 10) -> dict[str, slurm.SlurmJob]:
+    """``squeue``, asked again while slurmctld answers with a transient error (a busy
+    controller says "slurm_load_jobs: ... Unspecified error"), as the status sync does
+    on its next tick."""
+    for attempt in range(attempts):
+        try:
+            return slurm.squeue()
+        except slurm.SlurmError as exc:
+            if not exc.transient or attempt == attempts - 1:
+                raise
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
 
 
 def job_log(run: Run) -> str:

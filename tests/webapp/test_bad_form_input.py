@@ -25,6 +25,7 @@ from django.urls import reverse
 
 from tests.webapp.test_forms import query, sgt_data
 from trainer.config import RunConfig
+from trainer.regimes import regime_names
 from webapp.experiments import services
 from webapp.experiments.compose import ExperimentComposer
 from webapp.experiments.forms import MAX_MICRO_BATCH
@@ -73,7 +74,8 @@ def logged_in(user: User) -> Client:
 
 # --------------------------------------------------------------------------- the composer
 
-HIDDEN_SECTIONS = ("prp-", "xgrpo-", "remix-")  # not the chosen regime's: not validated
+# Every other regime's section and ReMix's: not the chosen regime's (sgt), not validated.
+HIDDEN_SECTIONS = (*(f"{name}-" for name in regime_names() if name != "sgt"), "remix-")
 NUMBERS = {"seeds", "steps", "pool-0-lr", "pool-0-group_size", "resources-gpus", "sgt-k_sgt"}
 MANAGEMENT = ("pool-TOTAL_FORMS", "pool-INITIAL_FORMS", "pool-MIN_NUM_FORMS", "pool-MAX_NUM_FORMS")
 

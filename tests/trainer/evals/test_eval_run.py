@@ -27,6 +27,13 @@ SIZE = 4
 STEPS = (2, 4)
 
 
+@pytest.fixture(autouse=True)
+def zoo_in_the_environment(zoo_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process calls (``main``, ``load_policy_model``) find the test zoo as the CLI's
+    children do: through ``MRL_ZOO_DIR``, whatever the caller's environment says."""
+    monkeypatch.setenv("MRL_ZOO_DIR", str(zoo_dir))
+
+
 @pytest.fixture(scope="module")
 def run_dir(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run with complete checkpoints at steps 2 and 4 (tests copy it: each spools)."""
