@@ -85,9 +85,12 @@
       }
       const traces = barTraces(panel).concat(baseTrace(panel, data));
       const layout = {
-        title: { text: plain(panel.title), font: { size: 13 } }, height: 320, barmode: "group",
-        bargap: 1 - barSpan(panel.traces.length), bargroupgap: 0.06, showlegend: traces.length > 0,
-        margin: { l: 60, r: 10, t: 34, b: 70 }, legend: { orientation: "h", y: -0.3 },
+        title: { text: plain(panel.title), font: { size: 13 }, y: 0.98, yanchor: "top" }, height: 340,
+        barmode: "group", bargap: 1 - barSpan(panel.traces.length), bargroupgap: 0.06,
+        showlegend: traces.length > 0,
+        // The legend above the bars: rotated task names below take the room they need.
+        margin: { l: 60, r: 10, t: 56, b: 40 },
+        legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" },
         xaxis: { type: "category", title: { text: plain(panel.x_label || ""), standoff: 4 }, automargin: true },
         yaxis: { title: { text: plain(panel.y_label) }, zeroline: !data.zero_line, automargin: true },
         shapes,

@@ -65,6 +65,10 @@
       const box = el("div", { class: "eval-suite", "data-testid": "evaluation-table", "data-suite": suite.suite });
       const step = suite.step === null ? "no checkpoint evaluated yet" : `checkpoint at step ${suite.step}`;
       box.append(el("h3", {}, `${suite.suite}: accuracy (%), base model vs ${step}`));
+      if (suite.earlier_steps.length) {
+        const steps = suite.earlier_steps.join(", ");
+        box.append(el("p", { class: "muted", "data-testid": "earlier-steps" }, `Also evaluated at step ${steps}: the run's eval/${suite.suite}/… curves show every evaluated step.`));
+      }
       const table = el("table", { class: "list eval-results" });
       const head = el("thead");
       const top = el("tr");

@@ -44,7 +44,7 @@ def test_evaluate_a_run_and_watch_the_table_fill_in(
     panel.get_by_test_id("evaluate-run").click()
     page.wait_for_url(re.compile(r".*/runs/\d+/#evaluation$"))
     expect(page.locator(".messages")).to_contain_text(
-        f"Evaluating on synthetic (base + steps {STEPS})."
+        f"Evaluating on synthetic (base + step {STEPS})."
     )
     page.evaluate("window.__sameDocument = true")
     job = panel.get_by_test_id("evaluation-job")

@@ -282,3 +282,17 @@ def test_a_saved_comparison_keeps_the_view_suite_and_baseline(
     assert '<option value="tasks" selected>' in html
     assert '<option value="synthetic" selected>' in html
     assert 'name="baseline" list="baseline-options" value="sgt"' in html
+
+
+def test_a_tie_is_bolded_nowhere_in_the_latex_table(alice: User, client: Client) -> None:
+    """Every group at 0.000 on a task: no group is the best there, so none is bold."""
+    runs = make_runs(alice, "standalone") + make_runs(alice, "sgt")
+    for i, run in enumerate(runs):
+        add_series(run, "llama", ALPHA, (0, 10), lambda s: 0.0)
+        add_series(run, "llama", BETA, (0, 10), lambda s, i=i: 0.0 if s == 0 else i / 10)
+    client.force_login(alice)
+
+    tex = bars_file(client, runs, "tex", view="tasks", policy="llama").content.decode()
+
+    assert r"llama & alpha & 0.000 $\pm$ 0.000 & 0.000 $\pm$ 0.000 & 0.000 \\" in tex
+    assert r"& beta & 0.050 $\pm$ 0.071 & \textbf{0.250 $\pm$ 0.071} & 0.000 \\" in tex

@@ -20,7 +20,12 @@ from scheduler import evaluations as jobs
 from scheduler.jobs import EvalCommand, JobSpecError
 from tests.webapp.test_api_support import make_run
 from webapp.experiments import services
-from webapp.experiments.evaluations import checkpoint_steps, results_table, steps_problem
+from webapp.experiments.evaluations import (
+    checkpoint_steps,
+    results_table,
+    steps_label,
+    steps_problem,
+)
 from webapp.experiments.models import EvalSuite, Evaluation, MetricPoint, MetricSeries, Run
 
 pytestmark = pytest.mark.django_db
@@ -110,6 +115,8 @@ def test_evaluate_queues_the_chosen_checkpoints_and_the_base_models(
     assert evaluation.suite_config == suite.config and evaluation.owner == alice
     assert len(sent) == 1  # evaluation_submit, once the queueing committed
     assert "Evaluating on synthetic (base + steps 20, 40)." in page.content.decode()
+    evaluation.steps, evaluation.include_base = "20", False
+    assert steps_label(evaluation) == "step 20"
 
 
 def test_the_page_offers_the_final_checkpoint_by_default(
@@ -287,6 +294,7 @@ def test_the_table_sets_each_checkpoint_against_its_base_model(alice: User) -> N
     (table,) = results_table(run)
 
     assert (table.suite, table.step, table.policies) == ("synthetic", 40, ["a", "b"])
+    assert table.earlier_steps == [20]
     assert [row.task for row in table.rows] == ["add", "larger"]
     add, larger = table.rows
     assert [(c.base, c.value, c.delta) for c in add.cells] == [

@@ -325,7 +325,10 @@ def bars_latex(chart: BarChart) -> str:
                 for group, trace in by_group.items()
                 if trace.n[k] > 0 and math.isfinite(trace.mean[k])
             }
-            best = max(means, key=lambda group: means[group]) if len(means) > 1 else None
+            # The best group in bold (all of them on a tie); none where every group ties.
+            top = max(means.values(), default=math.nan)
+            tied = len(set(means.values())) <= 1
+            best = set() if tied else {group for group, value in means.items() if value == top}
             entries = [latex_escape(panel.title) if k == 0 else "", latex_escape(label)]
             for group in labels:
                 trace = by_group.get(group)
@@ -334,7 +337,7 @@ def bars_latex(chart: BarChart) -> str:
                     continue
                 std = float(trace.std[k]) if math.isfinite(trace.std[k]) else None
                 text = _mean_std_latex(means[group], std, decimals)
-                entries.append(f"\\textbf{{{text}}}" if group == best else text)
+                entries.append(f"\\textbf{{{text}}}" if group in best else text)
             base = float(panel.base[k])
             entries.append(_number_latex(base, base_decimals) if math.isfinite(base) else "--")
             lines.append(" & ".join(entries) + r" \\")

@@ -89,6 +89,8 @@ class SuiteResults:
     step: int | None
     """The latest evaluated checkpoint (None: only base models evaluated so far)."""
     policies: list[str]
+    earlier_steps: list[int] = field(default_factory=list)
+    """Other checkpoints evaluated (their values are the run's ``eval/...`` curves)."""
     rows: list[ResultRow] = field(default_factory=list)
 
 
@@ -114,7 +116,8 @@ def results_table(run: Run) -> list[SuiteResults]:
         step = max(steps) if steps else None
         named = {k[2] for k in mine}
         policies = [p for p in pool if p in named] + sorted(named - set(pool))
-        table = SuiteResults(suite=suite, step=step, policies=policies)
+        earlier = sorted(set(steps) - {step})
+        table = SuiteResults(suite=suite, step=step, policies=policies, earlier_steps=earlier)
         for task in sorted({k[1] for k in mine}):
             cells = []
             for policy in policies:
@@ -140,6 +143,7 @@ def results_json(tables: list[SuiteResults]) -> list[dict[str, object]]:
             "suite": table.suite,
             "step": table.step,
             "policies": table.policies,
+            "earlier_steps": table.earlier_steps,
             "rows": [
                 {
                     "task": row.task,
@@ -164,7 +168,9 @@ def results_json(tables: list[SuiteResults]) -> list[dict[str, object]]:
 def steps_label(evaluation: Evaluation) -> str:
     """What an evaluation covers, in words: "base + final checkpoint"."""
     words = {"final": "final checkpoint", "all": "all checkpoints", "none": ""}
-    label = words.get(evaluation.steps, f"steps {evaluation.steps.replace(',', ', ')}")
+    chosen = evaluation.steps.split(",")
+    listed = f"step{'s' if len(chosen) > 1 else ''} {', '.join(chosen)}"
+    label = words.get(evaluation.steps, listed)
     if evaluation.include_base:
         return f"base + {label}" if label else "base models"
     return label
