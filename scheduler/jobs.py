@@ -9,6 +9,7 @@ never inline; the ingestion token is read from a 0600 file in the run directory.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -23,6 +24,10 @@ TIME_LIMIT = re.compile(r"^(\d{1,3}-)?\d{1,3}:[0-5]\d:[0-5]\d$")  # [D-]HH:MM:SS
 PATH = re.compile(r"^/[A-Za-z0-9_./+-]{0,1000}$")  # absolute, no spaces or shell syntax
 URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9_./-]*)?$")
 CUDA_DEVICES = re.compile(r"^(\d{1,2}(,\d{1,2})*)?$")
+# A policy's share of its devices' memory, in (0, 1] with at most 4 decimals ("0.45",
+# "1"); "" for none (no cap). MWRA rounds fractions down to 4 decimals.
+MEMORY_FRACTION = re.compile(r"^(0\.(?!0*$)\d{1,4}|1(\.0{1,4})?)?$")
+FRACTION_DECIMALS = 4
 EVAL_STEPS = re.compile(r"^(final|all|none|\d{1,9}(,\d{1,9}){0,99})$")
 
 # Seconds before the time limit at which Slurm signals the batch shell (USR1): the
@@ -65,6 +70,10 @@ class JobSpec:
     mem_gb: int = 4
     cuda_visible_devices: tuple[str, ...] = field(default_factory=tuple)
     """Per policy (rank order), from the MWRA plan; empty on CPU."""
+    memory_fractions: tuple[str, ...] = field(default_factory=tuple)
+    """Per policy (rank order), the share of its devices' memory it may use, from the MWRA
+    plan (:func:`memory_fraction_text`): ``"0.45"``, ``"1"``, or ``""`` for no cap; empty
+    on CPU. The script exports them as ``MRL_MEMORY_FRACTION_BY_RANK``."""
     zoo_dir: str = ""
     job_dir: Path | None = None
     """The job's own directory: script, log, exit code, pid (default ``<run_dir>/job``,
@@ -92,6 +101,14 @@ class JobSpec:
         _check(1 <= self.mem_gb <= 4096, "mem_gb", "1 to 4096")
         for devices in self.cuda_visible_devices:
             _match(CUDA_DEVICES, devices, "cuda_visible_devices", "comma-separated indices")
+        _check(isinstance(self.memory_fractions, tuple), "memory_fractions", "a tuple of strings")
+        for fraction in self.memory_fractions:
+            _match(
+                MEMORY_FRACTION,
+                fraction,
+                "memory_fractions",
+                'a fraction in (0, 1] with at most 4 decimals, like "0.45", or ""',
+            )
 
     # --- files in the run directory ---------------------------------------------------
     @property
@@ -132,6 +149,22 @@ def _check(ok: bool, field_name: str, message: str) -> None:
 def _match(pattern: re.Pattern[str], value: str, field_name: str, expected: str) -> None:
     if not isinstance(value, str) or pattern.fullmatch(value) is None:
         raise JobSpecError(field_name, f"{value!r} is not allowed; expected {expected}")
+
+
+def memory_fraction_text(fraction: float | None) -> str:
+    """A plan's ``memory_fraction`` as :attr:`JobSpec.memory_fractions` carries it: ``""``
+    for None (a CPU worker: no cap), else rounded down to 4 decimals without trailing
+    zeros (``0.45`` -> ``"0.45"``, ``1.0`` -> ``"1"``). A value outside (0, 1] gives text
+    that :class:`JobSpec` refuses (``"0"``, ``"1.5"``), naming ``memory_fractions``."""
+    if fraction is None:
+        return ""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        return str(fraction)  # refused by the pattern
+    if not math.isfinite(fraction):
+        return "nan"
+    scale = 10**FRACTION_DECIMALS
+    rounded = math.floor(fraction * scale + 1e-9) / scale
+    return f"{rounded:.{FRACTION_DECIMALS}f}".rstrip("0").rstrip(".")
 
 
 def time_limit_seconds(time_limit: str) -> int:
@@ -188,6 +221,22 @@ def render_script(spec: JobSpec, *, slurm: bool) -> str:
     a run already (a requeue or a resubmission), and writes the trainer's exit status to
     ``exit-code``. Under Slurm it traps the pre-time-limit USR1, forwards it to the
     trainer (which checkpoints and exits) and requeues the job.
+
+    The resource request (:func:`sbatch_header`) follows one rule: GPUs are asked for per
+    node, ``--gres=gpu:<gpus_per_node>`` (none on a CPU job), and CPUs per task,
+    ``--cpus-per-task=<cpus_per_task>``, both from the MWRA plan's Slurm request (which
+    computes the CPUs per task from ``cpus_per_gpu`` x the node's GPUs over the node's
+    tasks, or from ``cpus``). The script never asks for ``--gpus``, ``--gpus-per-task``,
+    ``--gpus-per-node`` or ``--cpus-per-gpu``: the plan's policies need different numbers
+    of devices (or share one), so there is no one per-task GPU count, the devices of each
+    rank are the plan's (``MRL_DEVICES_BY_RANK``, local indices of the node's allocated
+    GPUs) rather than Slurm's per-task binding, and Slurm refuses ``--cpus-per-gpu``
+    beside ``--cpus-per-task``.
+
+    The plan's placement reaches each rank through two variables, rank ``i``'s value
+    being the ``i``-th ``;``-separated field: ``MRL_DEVICES_BY_RANK`` (``"0,1;2;2"``) and,
+    when some policy has a memory fraction, ``MRL_MEMORY_FRACTION_BY_RANK``
+    (``"1;0.6;0.4"``; an empty field: no cap).
     """
     q = shlex.quote
     lines = ["#!/bin/bash"]
@@ -224,6 +273,11 @@ def render_script(spec: JobSpec, *, slurm: bool) -> str:
         # The MWRA plan: rank i's devices are the i-th ';'-separated entry; the trainer
         # sets its own CUDA_VISIBLE_DEVICES from it before touching CUDA.
         lines.append(f"export MRL_DEVICES_BY_RANK={q(';'.join(spec.cuda_visible_devices))}")
+    if any(spec.memory_fractions):
+        # Rank i caps its CUDA memory at the i-th entry (a share of each of its devices,
+        # co-located policies' shares summing to at most 1); "" leaves it uncapped.
+        fractions = ";".join(spec.memory_fractions)
+        lines.append(f"export MRL_MEMORY_FRACTION_BY_RANK={q(fractions)}")
     if slurm and spec.n_policies > 1:
         # One task per policy (across nodes if need be); rank 0's node is the rendezvous.
         lines += [
@@ -269,7 +323,11 @@ def wait_for_child(spec: JobSpec, what: str) -> list[str]:
 
 def sbatch_header(spec: JobSpec, *, ntasks: int, requeue: bool) -> list[str]:
     """The ``#SBATCH`` lines of ``spec``'s batch script; ``requeue``: the training job's
-    ``--requeue`` and its pre-time-limit USR1 (an evaluation job is simply run again)."""
+    ``--requeue`` and its pre-time-limit USR1 (an evaluation job is simply run again).
+
+    GPUs per node (``--gres=gpu:N``, none without GPUs) and CPUs per task
+    (``--cpus-per-task``), never a per-task or per-GPU form of either (see
+    :func:`render_script`)."""
     q = shlex.quote
     lines = [
         f"#SBATCH --job-name={q('mrl-' + spec.name)}",

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from scheduler.backends import Backend, JobStatus, backend_named, log_tail, read_exit_code
-from scheduler.jobs import JobSpec
+from scheduler.jobs import PATH, JobSpec, JobSpecError, memory_fraction_text
 from trainer.mwra import PlacementPlan
 from webapp.experiments import services
 from webapp.experiments.models import Run
@@ -35,24 +35,47 @@ def backend_of(run: Run) -> Backend:
     return backend_named(run.backend or settings.EXECUTOR)
 
 
+def job_python(partition: str) -> str:
+    """The Python a Slurm job on ``partition`` runs: the partition's own ``"python"`` in
+    ``settings.PARTITIONS`` (``MRL_PARTITIONS``; e.g. the GPU nodes' environment), else
+    ``settings.JOB_PYTHON``. A partition's python that is not a plain absolute path is a
+    :class:`~scheduler.jobs.JobSpecError` on ``python`` that names the setting."""
+    entry = settings.PARTITIONS.get(partition) if partition else None
+    python = entry.get("python") if isinstance(entry, dict) else None
+    if python is None or python == "":
+        return str(settings.JOB_PYTHON)
+    if not isinstance(python, str) or PATH.fullmatch(python) is None:
+        raise JobSpecError(
+            "python",
+            f"MRL_PARTITIONS[{partition!r}]['python'] = {python!r} is not allowed; "
+            "expected an absolute path of [A-Za-z0-9_./+-]",
+        )
+    return python
+
+
 def job_spec(run: Run) -> JobSpec:
-    """The job of ``run``: paths, resources and placement from its experiment."""
+    """The job of ``run``: paths, resources and placement from its experiment; its Python
+    is the partition's (:func:`job_python`) for a Slurm run."""
     resources = run.experiment.resources or {}
     placement = resources.get("placement")
     plan = PlacementPlan.from_dict(placement) if placement else None
     devices = tuple(p.cuda_visible_devices for p in plan.policies) if plan else ()
+    fractions = (
+        tuple(memory_fraction_text(p.memory_fraction) for p in plan.policies) if plan else ()
+    )
     if plan is not None and plan.device == "cpu":
-        devices = ()
+        devices = fractions = ()
+    partition = str(resources.get("partition", "") if run.backend == "slurm" else "")
     run_dir = Path(run.run_dir) if run.run_dir else settings.RUN_ROOT / f"run-{run.pk}"
     return JobSpec(
         run_id=run.pk,
         name=f"{run.name}-r{run.pk}"[-64:].lstrip("-_.") or f"run-{run.pk}",
         run_dir=run_dir.resolve(),
-        python=settings.JOB_PYTHON,
+        python=job_python(partition),
         workdir=Path(settings.JOB_WORKDIR).resolve(),
         ingest_url=f"{settings.INGEST_BASE_URL.rstrip('/')}/api/v1/runs/{run.pk}/ingest",
         n_policies=len(run.config.get("pool", [])) or 1,
-        partition=str(resources.get("partition", "") if run.backend == "slurm" else ""),
+        partition=partition,
         account=str(resources.get("account", "")),
         qos=str(resources.get("qos", "")),
         time_limit=str(resources.get("time_limit") or settings.SLURM_TIME_LIMIT),
@@ -61,6 +84,7 @@ def job_spec(run: Run) -> JobSpec:
         cpus_per_task=plan.slurm.cpus_per_task if plan else 1,
         mem_gb=int(resources.get("mem_gb") or (plan.slurm.mem_gb if plan else 0) or 4),
         cuda_visible_devices=devices,
+        memory_fractions=fractions,
         zoo_dir=settings.ZOO_DIR,
     )
 

@@ -335,9 +335,14 @@ SLURM_GPUS_PER_NODE = env.int("SLURM_GPUS_PER_NODE", default=8)
 
 # The partitions the experiment form offers, with their capacity (the form refuses a
 # request that does not fit, and MWRA plans within it). JSON in MRL_PARTITIONS, e.g.
-# {"gpu": {"nodes": 4, "gpus_per_node": 8, "cpus_per_node": 64, "mem_gb_per_node": 512}}.
-# "local" is this machine (the local executor, CPU only).
-PARTITIONS: dict[str, dict[str, int]] = {
+# {"gpu": {"nodes": 4, "gpus_per_node": 8, "cpus_per_node": 64, "mem_gb_per_node": 512,
+#          "python": "/opt/gpu-env/bin/python"}}.
+# The numbers are ints; the optional "python" (a str) is the Python that Slurm jobs on
+# that partition run (e.g. the GPU nodes' environment) instead of MRL_JOB_PYTHON: a plain
+# absolute path of [A-Za-z0-9_./+-], else the run's job spec fails naming "python"
+# (scheduler/run_job.py job_python). "local" is this machine (the local executor, CPU
+# only; it always runs MRL_JOB_PYTHON).
+PARTITIONS: dict[str, dict[str, int | str]] = {
     "local": {
         "nodes": 1,
         "gpus_per_node": 0,
