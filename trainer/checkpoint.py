@@ -57,17 +57,25 @@ def read_state(state_file: Path) -> CheckpointState:
 
 
 def rng_state() -> dict[str, Any]:
-    return {
+    """Every random generator a worker draws from: torch's CPU one, CUDA's (when this
+    process uses CUDA: sampling on a GPU draws there), Python's and numpy's."""
+    state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
         "numpy": np.random.get_state(),
     }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def save_weights(path: Path, model: torch.nn.Module) -> None:
@@ -107,8 +115,12 @@ def save_policy(directory: Path, model: torch.nn.Module, optimizer: torch.optim.
 def load_policy(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Restore what :func:`save_policy` wrote (weights, optimizer, RNG states)."""
     load_weights(directory / "model.safetensors", model)
-    optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=False))
-    set_rng_state(torch.load(directory / "rng.pt", weights_only=False))
+    # Read onto the CPU whatever device wrote them: load_state_dict moves the optimizer's
+    # state to each parameter's device (a GPU checkpoint resumes on a CPU node too).
+    optimizer.load_state_dict(
+        torch.load(directory / "optimizer.pt", weights_only=False, map_location="cpu")
+    )
+    set_rng_state(torch.load(directory / "rng.pt", weights_only=False, map_location="cpu"))
 
 
 def save_worker_state(directory: Path, state: dict[str, Any]) -> None:
@@ -120,7 +132,7 @@ def save_worker_state(directory: Path, state: dict[str, Any]) -> None:
 def load_worker_state(directory: Path) -> dict[str, Any] | None:
     """What :func:`save_worker_state` wrote, or None for a checkpoint without it."""
     path = directory / WORKER_STATE_FILE
-    return torch.load(path, weights_only=False) if path.exists() else None
+    return torch.load(path, weights_only=False, map_location="cpu") if path.exists() else None
 
 
 def _is_tied(model: torch.nn.Module, name: str) -> bool:

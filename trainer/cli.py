@@ -97,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=(*ZOO_RECIPES, "all"),
         default="default",
         help="which policies: the normal zoo (default), the complementary-skills pool "
-        "(one skill each of addition, subtraction, multiplication), or all",
+        "(one skill each of addition, subtraction, multiplication), the random-init models "
+        "of real shapes for GPU benchmarks (shapes, ~2.7 GB), or all but the shapes",
     )
 
     validate = commands.add_parser("validate", help="check a config and print it normalised")
@@ -256,11 +257,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _zoo_build(args: argparse.Namespace) -> int:
-    from trainer.zoo import ALL_ZOO_IDS, build_zoo, default_zoo_dir
+    from trainer.zoo import COMPLEMENTARY_IDS, ZOO_IDS, build_zoo, default_zoo_dir
 
     zoo_dir = args.zoo_dir or default_zoo_dir()
     started = time.perf_counter()
-    ids = ALL_ZOO_IDS if args.recipe == "all" else ZOO_RECIPES[args.recipe]
+    # "all" is every tiny policy; the shape models (gigabytes) only when asked for by name.
+    ids = ZOO_IDS + COMPLEMENTARY_IDS if args.recipe == "all" else ZOO_RECIPES[args.recipe]
     built = build_zoo(zoo_dir, seed=args.seed, ids=ids, force=args.force)
     for zoo_id, path in built.items():
         print(f"{zoo_id}: {path}")

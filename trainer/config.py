@@ -115,13 +115,47 @@ class PolicyConfig:
         },
     )
     dtype: str = field(default="float32", metadata={"help": f"One of {DTYPES}"})
+    """The compute dtype (:mod:`trainer.policy`'s precision rules): master weights,
+    gradients and AdamW state are float32 whatever it is; bfloat16 / float16 run the
+    forward passes under ``torch.autocast`` (float16 with a gradient scaler, on an
+    accelerator only). The help stays ``One of (...)``: the compose form makes a select
+    of it."""
     micro_batch_size: int = field(
         default=64,
         metadata={
             "help": "Sequences per forward/backward (gradient accumulation); must divide "
-            "the mini-batch (prompts_per_step x G / mini_batches) or exceed it",
+            "the mini-batch (prompts_per_step x G / mini_batches) or exceed it; unused "
+            "when micro_batch_tokens is set",
             "min": 1,
             "max": MAX_MICRO_BATCH,
+        },
+    )
+    micro_batch_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token budget of a forward/backward: consecutive sequences share a "
+            "micro-batch while its padded size (sequences x longest) stays within it, "
+            "one sequence at least; the loss is the same. Blank: micro_batch_size decides",
+            "label": "Micro-batch tokens",
+            "min": 1,
+            "why": "(or null to size micro-batches by micro_batch_size)",
+        },
+    )
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "Recompute each layer's activations in the backward instead of keeping "
+            "them (less memory, about a third more compute); the update only, never "
+            "generation",
+            "label": "Gradient checkpointing",
+        },
+    )
+    reference_on_cpu: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the reference model (the KL anchor) in CPU memory and score it "
+            "there, in float32: frees its accelerator memory, slower steps",
+            "label": "Reference on CPU",
         },
     )
     device_share: float | None = field(
@@ -439,6 +473,7 @@ class RunConfig:
             )
             check(
                 remainder != 0
+                or policy.micro_batch_tokens is not None
                 or policy.micro_batch_size >= per_mini_batch
                 or per_mini_batch % max(policy.micro_batch_size, 1) == 0,
                 f"{path}.micro_batch_size",

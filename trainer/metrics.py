@@ -40,11 +40,19 @@ GENERATE_S = "perf/generate_s"
 EXCHANGE_S = "perf/exchange_s"
 """Time in the experience exchange and the regime's batch assembly (THL included)."""
 TRAIN_S = "perf/train_s"
+GPU_MEM_GB = "perf/gpu_mem_gb"
+"""Peak memory allocated by tensors on the policy's GPU during the step, GiB (CUDA only)."""
+GPU_UTIL = "perf/gpu_util"
+"""The driver's utilisation of the policy's GPU at the end of the step, percent (CUDA only,
+where the driver reports it)."""
 VAL_REWARD_AT_1 = "val/reward@1"
 """Mean reward on the held-out prompts, one greedy sample (temperature 0) each."""
 
-TIMING_KEYS = frozenset({TOKENS_PER_S, STEP_S, GENERATE_S, EXCHANGE_S, TRAIN_S})
-"""Keys that depend on the machine's speed: everything else is reproducible from the seed."""
+TIMING_KEYS = frozenset(
+    {TOKENS_PER_S, STEP_S, GENERATE_S, EXCHANGE_S, TRAIN_S, GPU_MEM_GB, GPU_UTIL}
+)
+"""Keys that depend on the machine (its speed, its GPU's allocator and load): everything
+else is reproducible from the seed."""
 
 # --- the tokenizer heterogeneity layer, under the regimes that retokenize (SPEC 4.4) ---
 # Each regime declares its own keys (trainer/regimes/<name>/__init__.py).
@@ -164,6 +172,8 @@ CORE_CATALOGUE: tuple[MetricInfo, ...] = (
     MetricInfo(GENERATE_S, "Generation time", "s", THROUGHPUT),
     MetricInfo(EXCHANGE_S, "Exchange time", "s", THROUGHPUT),
     MetricInfo(TRAIN_S, "Training time", "s", THROUGHPUT),
+    MetricInfo(GPU_MEM_GB, "GPU memory (peak allocated)", "GiB", THROUGHPUT),
+    MetricInfo(GPU_UTIL, "GPU utilisation", "%", THROUGHPUT),
     MetricInfo(ROLLOUTS_TOTAL, "Rollouts so far", "rollouts", THROUGHPUT),
     MetricInfo(RESPONSE_TOKENS_TOTAL, "Response tokens so far", "tokens", THROUGHPUT),
     MetricInfo(GRAD_NORM, "Gradient norm", "", OPTIM),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -80,16 +81,24 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_causal_lm(path: Path, dtype: str = "float32") -> PreTrainedModel:
-    """The causal LM at ``path`` in ``dtype`` ("float32", "bfloat16" or "float16")."""
+def load_causal_lm(
+    path: Path, dtype: str = "float32", device: str | torch.device = "cpu"
+) -> PreTrainedModel:
+    """The causal LM at ``path`` in ``dtype`` ("float32", "bfloat16" or "float16"), on
+    ``device`` (loaded on the CPU, then moved: a no-op on the CPU).
+
+    The weights themselves are in ``dtype``: right for inference (the evaluator). A
+    training :class:`~trainer.policy.Policy` loads float32 master weights whatever its
+    ``dtype`` and uses ``dtype`` as the autocast compute dtype only."""
     import torch
     from transformers import AutoModelForCausalLM
 
     if dtype not in DTYPES:
         raise ModelSourceError(f"unknown dtype {dtype!r}; use one of {DTYPES}")
-    return AutoModelForCausalLM.from_pretrained(
+    model = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=getattr(torch, dtype), local_files_only=True
     )
+    return model if torch.device(device).type == "cpu" else model.to(device)
 
 
 def _is_causal_lm(config: PretrainedConfig) -> bool:

@@ -30,14 +30,53 @@ the learner's tempered distribution (the learner's side of ``pi_learner / mu``),
 ``mu`` is the peer's own, at the peer's temperature. Two things keep temperature 1: the
 auxiliary terms (SGT's NLL), supervised losses on the model's plain logits (as in SFT; no
 ratio involves them), and greedy validation, where the temperature changes no argmax.
+
+Precision and memory (:class:`~trainer.config.PolicyConfig`'s ``dtype``,
+``gradient_checkpointing``, ``reference_on_cpu``, ``micro_batch_tokens``):
+
+- master weights, gradients and the AdamW moments are float32 whatever ``dtype`` is:
+  the model is loaded in float32 and the optimizer steps float32 parameters, so small
+  updates are not rounded away. ``dtype`` is the *compute* dtype of the forward passes;
+- ``float32``: no autocast at all (the CPU path is the plain float32 computation);
+- ``bfloat16``: every forward (generation, the log-probs of the current policy, the
+  update's forward, the auxiliary terms' forward, the reference's) runs under
+  ``torch.autocast(device_type, dtype=torch.bfloat16)``; no loss scaling is needed
+  (bfloat16 has float32's exponent range). Works on the CPU (tested against float32);
+- ``float16``: the same under float16 autocast, with a ``torch.amp.GradScaler``
+  (the losses are scaled before backward, the gradients unscaled before clipping, a
+  step with inf/NaN gradients skipped and the scale lowered). Refused on a CPU device
+  at setup (:class:`PrecisionError`): CPU float16 autocast is poorly supported and slow;
+  use ``bfloat16`` there;
+- whatever the compute dtype, the logits are cast to float32 before anything reads them
+  (:meth:`Policy._forward`), so the log-softmax, log-probs, entropy, ratios, KL and the
+  loss reductions are float32 (they are computed outside the autocast region);
+- the reference model keeps float32 weights too and runs under the same autocast, so it
+  computes exactly the policy's function while the two are equal (the KL term is 0
+  there, as with ``float32``). ``reference_on_cpu`` keeps it in CPU memory instead of on
+  the policy's device: its inputs move to the CPU for its forward and its log-probs come
+  back. An offloaded reference runs in float32 without autocast (CPU half precision is
+  slow); on a CPU device the option changes nothing. It saves ``4 x P`` bytes of
+  accelerator memory at the cost of a CPU forward of the batch per step;
+- ``gradient_checkpointing``: the model's layers recompute their activations in the
+  backward (``torch.utils.checkpoint`` with ``use_reentrant=False``), during the update
+  only (its forward passes with gradients). Hugging Face checkpoints a layer only in
+  training mode, and the policy keeps dropout off (eval mode), so the update switches on
+  the ``training`` flag of the checkpointed layers alone (not of their dropout modules)
+  while it runs; generation and the no-grad scoring passes never checkpoint. Every
+  scoring forward passes ``use_cache=False`` (no KV cache is built outside generation);
+- ``micro_batch_tokens``: micro-batches by a token budget instead of
+  ``micro_batch_size`` sequences (:func:`token_budget_micro_batches`); the micro-batches'
+  losses are weighted by their share of the mini-batch's tokens (or sequences) as
+  before, so the loss and gradient are those of one big batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,13 +106,21 @@ from trainer.tasks.rewards import RewardFn
 from trainer.thl import encode_text
 
 
+class PrecisionError(ValueError):
+    """A precision setting the policy's device cannot run; the message says what to use."""
+
+
+COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+""":attr:`PolicyConfig.dtype` -> the autocast dtype of the forward passes."""
+
+
 @dataclass
 class Rollouts:
     """A step's rollouts for one policy, scored: ``G`` samples per prompt, prompt-major."""
 
     problems: list[Problem]
     batch: RolloutBatch
-    rewards: torch.Tensor  # [B * G]
+    rewards: torch.Tensor  # [B * G], on the CPU (bookkeeping; the update moves advantages)
     group_size: int
     success_threshold: float
 
@@ -170,19 +217,38 @@ class Policy:
         tokenizer_dir: Path,
         reward_fn: RewardFn,
         success_threshold: float = 1.0,
+        device: str | torch.device = "cpu",
     ) -> None:
         self.config = config
+        self.device = torch.device(device)
         self.grpo = grpo
         self.reward_fn = reward_fn
         self.success_threshold = success_threshold
+        self.compute_dtype = _compute_dtype(config.dtype, self.device)
         self.tokenizer = load_tokenizer(tokenizer_dir)
-        self.model = load_causal_lm(model_dir, config.dtype)
+        # float32 master weights whatever the compute dtype (module docstring). Loaded on
+        # the CPU and copied there, then moved: the reference never passes through the
+        # device when it stays on the CPU.
+        model = load_causal_lm(model_dir, "float32", device="cpu")
         # Dropout off, as in every RL fine-tuning recipe: rollouts, old log-probs and the
         # update must see the same function. Gradients flow in eval mode all the same.
-        self.model.eval()
-        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        model.eval()
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.model = model if self.device.type == "cpu" else model.to(self.device)
+        # The reference is a copy on the same device (or on the CPU: reference_on_cpu),
+        # and AdamW allocates its moments beside each parameter: the rest of the training
+        # state lives on ``device``.
+        self.reference_device = torch.device("cpu") if config.reference_on_cpu else self.device
+        self.reference = (
+            reference if self.reference_device.type == "cpu" else reference.to(self.device)
+        )
+        if config.gradient_checkpointing:
+            _enable_checkpointing(self.model)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=config.lr, weight_decay=grpo.weight_decay
+        )
+        self.scaler = (
+            torch.amp.GradScaler(self.device.type) if self.compute_dtype == torch.float16 else None
         )
         self.engine = HFRolloutEngine(self.model, self.tokenizer)
         self.pad_id = self.engine.pad_id
@@ -215,12 +281,13 @@ class Policy:
     def rollout(self, problems: list[Problem]) -> Rollouts:
         """Sample G responses per problem and score them."""
         texts = self.prompt_texts(problems)
-        batch = self.engine.generate(
-            texts,
-            n=self.config.group_size,
-            max_new_tokens=self.config.max_new_tokens,
-            temperature=self.temperature,
-        )
+        with self._autocast(self.model):
+            batch = self.engine.generate(
+                texts,
+                n=self.config.group_size,
+                max_new_tokens=self.config.max_new_tokens,
+                temperature=self.temperature,
+            )
         g = self.config.group_size
         rewards = self.reward_fn(
             [t for t in texts for _ in range(g)],
@@ -261,9 +328,7 @@ class Policy:
         ``mu``); for a peer's tokens it is this policy's side of the importance weight,
         at this policy's temperature (the peer's ``mu`` is at the peer's).
         """
-        input_ids, attention_mask, response_mask = build_sequences(
-            prompt_ids, response_ids, self.pad_id
-        )
+        input_ids, attention_mask, response_mask = self._sequences(prompt_ids, response_ids)
         logp = self._log_probs(self.model, input_ids, attention_mask)
         return [logp[row][response_mask[row].bool()].tolist() for row in range(len(response_ids))]
 
@@ -293,9 +358,14 @@ class Policy:
         for start in range(0, len(problems), batch_size):
             chunk = problems[start : start + batch_size]
             texts = self.prompt_texts(chunk)
-            out = self.engine.generate(
-                texts, n=1, max_new_tokens=self.config.max_new_tokens, temperature=1.0, greedy=True
-            )
+            with self._autocast(self.model):
+                out = self.engine.generate(
+                    texts,
+                    n=1,
+                    max_new_tokens=self.config.max_new_tokens,
+                    temperature=1.0,
+                    greedy=True,
+                )
             rewards += self.reward_fn(texts, out.response_texts, [p.answer for p in chunk])
         return rewards
 
@@ -334,8 +404,8 @@ class Policy:
             if remix is not None:
                 raise ValueError("a ReMix update needs the policy's own samples")
             return self._train_aux_only(batch), None, torch.zeros((0, 0))
-        input_ids, attention_mask, response_mask = build_sequences(
-            batch.prompt_ids, batch.response_ids, self.pad_id
+        input_ids, attention_mask, response_mask = self._sequences(
+            batch.prompt_ids, batch.response_ids
         )
         bounds = _split_bounds(len(batch), self.grpo.mini_batches)
         passes = self.grpo.epochs if remix is None else remix.updates_per_batch
@@ -355,7 +425,7 @@ class Policy:
         )
         inputs = ObjectiveInputs(
             mask=response_mask,
-            advantages=batch.advantages[:, None].expand_as(response_mask),
+            advantages=batch.advantages.to(self.device)[:, None].expand_as(response_mask),
             old_logp=old_logp,
             ref_logp=ref_logp,
             token_weights=self._token_weights(batch, response_mask),
@@ -365,7 +435,7 @@ class Policy:
             inputs = dataclasses.replace(
                 inputs,
                 behaviour_logp=self._behaviour_logp(batch, old_logp, response_mask),
-                replayed=torch.tensor(batch.replayed, dtype=torch.bool),
+                replayed=torch.tensor(batch.replayed, dtype=torch.bool, device=self.device),
             )
         objective = OBJECTIVES.get("grpo" if remix is None else "remix")
         settings = self._objective_settings(remix)
@@ -399,7 +469,7 @@ class Policy:
             _AuxSet(
                 term,
                 AUX_LOSSES.get(term.loss),
-                *build_sequences(term.prompt_ids, term.response_ids, self.pad_id),
+                *self._sequences(term.prompt_ids, term.response_ids),
             )
             for term in batch.aux_terms
             if term.response_ids and term.coef > 0
@@ -445,9 +515,13 @@ class Policy:
         has them, one forward (:meth:`_log_probs`) over the other rows only."""
         given = list(batch.old_logp) or [None] * len(batch)
         missing = [row for row, values in enumerate(given) if values is None]
-        old_logp = torch.zeros((input_ids.shape[0], input_ids.shape[1] - 1), dtype=torch.float32)
+        old_logp = torch.zeros(
+            (input_ids.shape[0], input_ids.shape[1] - 1),
+            dtype=torch.float32,
+            device=input_ids.device,
+        )
         if missing:
-            rows = torch.tensor(missing, dtype=torch.long)
+            rows = torch.tensor(missing, dtype=torch.long, device=input_ids.device)
             old_logp[rows] = self._log_probs(self.model, input_ids[rows], attention_mask[rows])
         return _scatter_per_token(old_logp, given, response_mask, "old log-probs")
 
@@ -496,25 +570,26 @@ class Policy:
             weights = (inputs.mask.sum(dim=1) > 0).float()
         total_weight = float(weights.sum())
         tally = _Tally()
-        for rows in self._micro_batches(input_ids.shape[0]):
-            share = float(weights[rows].sum()) / total_weight
-            if share == 0.0:
-                continue
-            logits, targets, width = self._forward(
-                self.model, input_ids[rows], attention_mask[rows], self.temperature
-            )
-            out = objective(
-                logp=token_log_probs(logits, targets),
-                entropy=entropy_from_logits(logits),
-                inputs=inputs.rows(rows, width - 1),
-                settings=settings,
-            )
-            (out.loss * share).backward()
-            for key, value in out.metrics.items():
-                tally.add(key, value.item() * share)
-            for stat in out.token_stats:
-                tally.add_tokens(stat)
-        self._aux_and_step(tally, aux_sets)
+        with self._checkpointing():
+            for rows in self._micro_batches(attention_mask):
+                share = float(weights[rows].sum()) / total_weight
+                if share == 0.0:
+                    continue
+                logits, targets, width = self._forward(
+                    self.model, input_ids[rows], attention_mask[rows], self.temperature
+                )
+                out = objective(
+                    logp=token_log_probs(logits, targets),
+                    entropy=entropy_from_logits(logits),
+                    inputs=inputs.rows(rows, width - 1),
+                    settings=settings,
+                )
+                self._backward(out.loss * share)
+                for key, value in out.metrics.items():
+                    tally.add(key, value.item() * share)
+                for stat in out.token_stats:
+                    tally.add_tokens(stat)
+            self._aux_and_step(tally, aux_sets)
         return tally
 
     def _aux_and_step(self, tally: _Tally, aux_sets: list[_AuxSet]) -> None:
@@ -522,12 +597,23 @@ class Policy:
         and step (a non-finite gradient norm skips the step)."""
         for aux in aux_sets:
             tally.add(aux.term.metric, self._aux_backward(aux))
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         grad_norm = float(
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grpo.max_grad_norm)
         )
         tally.add(m.GRAD_NORM, grad_norm)
-        if math.isfinite(grad_norm):
+        if self.scaler is not None:
+            # Skips the step when the unscaled gradients hold an inf/NaN, and adapts the
+            # scale either way.
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        elif math.isfinite(grad_norm):
             self.optimizer.step()
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``; under float16, of the loss scaled by the gradient scaler."""
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
     def _aux_backward(self, aux: _AuxSet) -> float:
         """Backward ``coef`` x the token-mean of the term's loss over its sequences (its
@@ -539,22 +625,66 @@ class Policy:
         """
         total_tokens = float(aux.response_mask.sum())
         total = 0.0
-        for rows in self._micro_batches(aux.input_ids.shape[0]):
+        for rows in self._micro_batches(aux.attention_mask):
             logits, targets, width = self._forward(
                 self.model, aux.input_ids[rows], aux.attention_mask[rows], 1.0
             )
             mask = aux.response_mask[rows, : width - 1]
             loss_sum = aux.loss_fn(token_log_probs(logits, targets), mask)
-            (aux.term.coef * loss_sum / total_tokens).backward()
+            self._backward(aux.term.coef * loss_sum / total_tokens)
             total += loss_sum.item()
         return total / total_tokens
 
-    def _micro_batches(self, n: int) -> list[slice]:
+    def _sequences(
+        self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:func:`trainer.batch.build_sequences` on the policy's device."""
+        tensors = build_sequences(prompt_ids, response_ids, self.pad_id)
+        input_ids, attention_mask, response_mask = (t.to(self.device) for t in tensors)
+        return input_ids, attention_mask, response_mask
+
+    def _micro_batches(self, attention_mask: torch.Tensor) -> list[slice]:
+        """The rows of ``attention_mask`` (``[n, L]``, right-padded) in consecutive
+        micro-batches: of ``micro_batch_tokens`` padded tokens at most
+        (:func:`token_budget_micro_batches`) when set, else of ``micro_batch_size`` rows."""
+        budget = self.config.micro_batch_tokens
+        if budget is not None:
+            return token_budget_micro_batches(attention_mask.sum(dim=1).tolist(), budget)
         size = self.config.micro_batch_size
+        n = attention_mask.shape[0]
         return [slice(start, start + size) for start in range(0, n, size)]
 
-    @staticmethod
+    def _autocast(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
+        """The precision context of a forward of ``model``: none under float32, and for a
+        model away from the policy's device (an offloaded reference, which runs float32);
+        else ``torch.autocast`` to the compute dtype."""
+        if self.compute_dtype == torch.float32 or _device_of(model).type != self.device.type:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
+
+    @contextlib.contextmanager
+    def _checkpointing(self) -> Iterator[None]:
+        """While the update runs, with ``gradient_checkpointing``: the checkpointed layers
+        in training mode, which is when Hugging Face checkpoints them; their dropout
+        modules (and the rest of the model) stay in eval mode. A no-op otherwise."""
+        if not self.config.gradient_checkpointing:
+            yield
+            return
+        layers = [
+            module
+            for module in self.model.modules()
+            if getattr(module, "gradient_checkpointing", False)
+        ]
+        for layer in layers:
+            layer.training = True
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer.training = False
+
     def _forward(
+        self,
         model: torch.nn.Module,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
@@ -562,11 +692,17 @@ class Policy:
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Logits ``[n, w-1, V]`` (float32) divided by ``temperature``, predicting
         ``targets [n, w-1]``; trims padding. Their softmax is the distribution the engine
-        samples from at that temperature (its log-softmax: the tokens' log-probs)."""
+        samples from at that temperature (its log-softmax: the tokens' log-probs).
+
+        Only the model's forward runs under the compute dtype's autocast
+        (:meth:`_autocast`); the logits are cast to float32 before anything else."""
         width = int(attention_mask.sum(dim=1).max())
-        logits = model(
-            input_ids=input_ids[:, :width], attention_mask=attention_mask[:, :width]
-        ).logits[:, :-1]
+        with self._autocast(model):
+            logits = model(
+                input_ids=input_ids[:, :width],
+                attention_mask=attention_mask[:, :width],
+                use_cache=False,
+            ).logits[:, :-1]
         logits = logits.float()
         if temperature != 1.0:
             logits = logits / temperature
@@ -578,13 +714,23 @@ class Policy:
     ) -> torch.Tensor:
         """Per-token log-probs [N, L-1] of ``input_ids[:, 1:]`` under ``model``'s logits at
         this policy's temperature: the current model (old and behaviour log-probs) and the
-        reference (the KL anchor) alike."""
-        out = torch.zeros((input_ids.shape[0], input_ids.shape[1] - 1), dtype=torch.float32)
-        for rows in self._micro_batches(input_ids.shape[0]):
+        reference (the KL anchor) alike. A model on another device (the reference under
+        ``reference_on_cpu``) gets its inputs there; the log-probs come back to
+        ``input_ids``' device."""
+        out = torch.zeros(
+            (input_ids.shape[0], input_ids.shape[1] - 1),
+            dtype=torch.float32,
+            device=input_ids.device,
+        )
+        device = _device_of(model)
+        for rows in self._micro_batches(attention_mask):
             logits, targets, width = self._forward(
-                model, input_ids[rows], attention_mask[rows], self.temperature
+                model,
+                input_ids[rows].to(device),
+                attention_mask[rows].to(device),
+                self.temperature,
             )
-            out[rows, : width - 1] = token_log_probs(logits, targets)
+            out[rows, : width - 1] = token_log_probs(logits, targets).to(out.device)
         return out
 
 
@@ -654,8 +800,61 @@ def _scatter_per_token(
         positions = response_mask[row].nonzero().squeeze(-1)
         if len(values) != len(positions):
             raise ValueError(f"sample {row}: {len(values)} {what} for {len(positions)} tokens")
-        target[row, positions] = torch.tensor(values, dtype=target.dtype)
+        target[row, positions] = torch.tensor(values, dtype=target.dtype, device=target.device)
     return target
+
+
+def token_budget_micro_batches(lengths: Sequence[int], budget: int) -> list[slice]:
+    """Consecutive micro-batches of the sequences of ``lengths`` (real tokens of each,
+    right-padded), each as large as its padded size allows: a micro-batch of rows
+    ``i..j`` is padded to its longest sequence, so it costs ``(j - i + 1) x max(lengths
+    [i..j])`` tokens, and a sequence joins the current micro-batch while that stays
+    within ``budget``. Every micro-batch has one sequence at least (a sequence longer
+    than the budget goes alone); the order of the rows is kept."""
+    if budget < 1:
+        raise ValueError(f"micro_batch_tokens must be >= 1; got {budget}")
+    batches: list[slice] = []
+    start, longest = 0, 0
+    for row, length in enumerate(lengths):
+        widest = max(longest, int(length))
+        if row > start and (row - start + 1) * widest > budget:
+            batches.append(slice(start, row))
+            start, widest = row, int(length)
+        longest = widest
+    if len(lengths) > start:
+        batches.append(slice(start, len(lengths)))
+    return batches
+
+
+def _compute_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The autocast dtype of ``dtype`` on ``device``; :class:`PrecisionError` for float16
+    on the CPU or an unknown name."""
+    if dtype not in COMPUTE_DTYPES:
+        raise PrecisionError(f"unknown dtype {dtype!r}; use one of {tuple(COMPUTE_DTYPES)}")
+    if dtype == "float16" and device.type == "cpu":
+        raise PrecisionError(
+            "dtype 'float16' needs an accelerator (float16 autocast with a gradient "
+            "scaler); on the CPU use 'bfloat16' (autocast, no scaler) or 'float32'"
+        )
+    return COMPUTE_DTYPES[dtype]
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s parameters (one device per model here)."""
+    return next(model.parameters()).device
+
+
+def _enable_checkpointing(model: torch.nn.Module) -> None:
+    """Hugging Face activation checkpointing with ``use_reentrant=False``
+    (``activation_checkpointing_enable``, or ``gradient_checkpointing_enable`` on
+    transformers before 5); it acts only on layers in training mode
+    (:meth:`Policy._checkpointing`)."""
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)  # type: ignore[operator]
 
 
 def _split_bounds(n: int, parts: int) -> list[tuple[int, int]]:

@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from trainer import devices
 from trainer import metrics as m
 from trainer.checkpoint import (
     REFERENCE_FILE,
@@ -40,8 +42,10 @@ from trainer.checkpoint import (
     write_state,
 )
 from trainer.config import PolicyConfig, RunConfig
+from trainer.devices import DeviceError, DeviceRuntime, TorchCuda, WorkerDevice
 from trainer.exchange import SharedExperienceExchange, StepRecord
 from trainer.models import ModelSourceError, check_model_source
+from trainer.mwra_counting import parameter_count
 from trainer.policy import Policy
 from trainer.regimes import make_regime
 from trainer.regimes.base import Regime
@@ -210,20 +214,54 @@ def _all_agree_to_stop() -> bool:
 
 def apply_device_plan(rank: int) -> None:
     """Set this worker's ``CUDA_VISIBLE_DEVICES`` from the MWRA plan the job exported
-    (``MRL_DEVICES_BY_RANK``: rank i's devices are the i-th ';'-separated entry)."""
-    plan = os.environ.get("MRL_DEVICES_BY_RANK")
-    if plan is None:
-        return
-    entries = plan.split(";")
-    if rank >= len(entries):
-        raise RunSetupError(f"MRL_DEVICES_BY_RANK has {len(entries)} entries; rank {rank} has none")
-    os.environ["CUDA_VISIBLE_DEVICES"] = entries[rank]
+    (``MRL_DEVICES_BY_RANK``: rank i's devices are the i-th ';'-separated entry), before
+    anything touches CUDA in this process."""
+    try:
+        visible = devices.visible_devices(rank, os.environ)
+    except DeviceError as exc:
+        raise RunSetupError(str(exc)) from exc
+    if visible is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
 
 
-def run_worker(rank: int, world_size: int, options: RunOptions) -> None:
+def place_worker(
+    rank: int, options: RunOptions, runtime: DeviceRuntime, env: Mapping[str, str] | None = None
+) -> WorkerDevice:
+    """Enact the plan for policy ``rank`` (issue 21): choose its device
+    (:func:`trainer.devices.choose_device`), cap its memory at its planned share
+    (``MRL_MEMORY_FRACTION_BY_RANK``) and check that the policy fits in that share, all
+    before anything is built. :class:`RunSetupError` says what is wrong and how to fix it."""
+    policy = options.config.pool[rank]
+    try:
+        worker = devices.choose_device(rank, os.environ if env is None else env, runtime)
+        devices.apply(worker, runtime)
+        if worker.is_cuda:
+            count = parameter_count(str(options.model_dirs[policy.name][0]))
+            if count.origin == "fallback":
+                log.warning("%s: fit check skipped: %s", policy.name, count.note)
+            else:
+                devices.fit_check(
+                    policy.name,
+                    count.value,
+                    policy.dtype,
+                    worker,
+                    runtime,
+                    reference_on_cpu=policy.reference_on_cpu,
+                )
+    except DeviceError as exc:
+        raise RunSetupError(str(exc)) from exc
+    log.info("%s runs on %s", policy.name, worker.device)
+    return worker
+
+
+def run_worker(
+    rank: int, world_size: int, options: RunOptions, runtime: DeviceRuntime | None = None
+) -> None:
     """The training loop of policy ``rank``."""
     config = options.config
     apply_device_plan(rank)
+    runtime = TorchCuda() if runtime is None else runtime
+    worker = place_worker(rank, options, runtime)
     signal.signal(STOP_SIGNAL, _request_stop)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     if not dist.is_initialized():
@@ -231,12 +269,20 @@ def run_worker(rank: int, world_size: int, options: RunOptions) -> None:
             "gloo", rank=rank, world_size=world_size, timeout=timedelta(minutes=30)
         )
     try:
-        _train(rank, config, options)
+        _train(rank, config, options, worker, runtime)
     finally:
         dist.destroy_process_group()
 
 
-def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
+def _train(
+    rank: int,
+    config: RunConfig,
+    options: RunOptions,
+    worker: WorkerDevice | None = None,
+    runtime: DeviceRuntime | None = None,
+) -> None:
+    worker = WorkerDevice("cpu") if worker is None else worker
+    runtime = TorchCuda() if runtime is None else runtime
     policy_config = config.pool[rank]
     _seed_everything(config.seed * 1000 + rank)
     task = make_task(config.task, seed=config.seed)
@@ -248,6 +294,7 @@ def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
         tokenizer_dir=tokenizer_dir,
         reward_fn=get_reward(task.reward_name),
         success_threshold=config.success_threshold,
+        device=worker.device,
     )
     tokenizer_dirs = {name: dirs[1] for name, dirs in options.model_dirs.items()}
     regime = make_regime(config, policy.name, tokenizer_dirs)
@@ -290,6 +337,8 @@ def _train(rank: int, config: RunConfig, options: RunOptions) -> None:
                 validation,
                 remix=remix,
                 consumption=consumption,
+                worker=worker,
+                runtime=runtime,
             )
             _write_records(spool, exchange.exchange(record))
             if shipper is not None:
@@ -328,13 +377,20 @@ def _step(
     *,
     remix: ReMix | None = None,
     consumption: Consumption | None = None,
+    worker: WorkerDevice | None = None,
+    runtime: DeviceRuntime | None = None,
 ) -> StepRecord:
     """One step of one policy: roll out, exchange experience, update; its metrics record.
 
     With ReMix the step rolls out fewer fresh prompts and :meth:`ReMix.train` mixes in
     replayed samples. Every run logs its consumption (``perf/rollouts_total``,
-    ``perf/response_tokens_total``) and ``response/self_reflection_rate``.
+    ``perf/response_tokens_total``) and ``response/self_reflection_rate``; on CUDA also
+    the step's peak GPU memory and the GPU's utilisation
+    (:func:`trainer.devices.step_metrics`; validation excluded).
     """
+    worker = WorkerDevice("cpu") if worker is None else worker
+    runtime = TorchCuda() if runtime is None else runtime
+    devices.begin_step(worker, runtime)
     started = time.perf_counter()
     prompts = config.prompts_per_step if remix is None else remix.fresh_prompts()
     problems = task.train_batch(step, prompts)
@@ -370,6 +426,7 @@ def _step(
         m.TRAIN_S: finished - exchanged,
         m.TOKENS_PER_S: response_tokens / max(finished - started, 1e-9),
     }
+    metrics |= devices.step_metrics(worker, runtime)
     if step % config.val_every == 0 or step == total_steps:
         metrics |= policy.validation_metrics(validation)
     return StepRecord(policy.name, step, prompt_ids, metrics, events=learned.events)

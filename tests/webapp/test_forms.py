@@ -260,6 +260,9 @@ def test_a_valid_three_policy_sgt_form_gives_the_trainer_json(lab: Lab) -> None:
         "temperature": 1.0,
         "dtype": "float32",
         "micro_batch_size": 64,
+        "micro_batch_tokens": None,
+        "gradient_checkpointing": False,
+        "reference_on_cpu": False,
         "device_share": None,
     }
     saved = composer.save_kwargs()

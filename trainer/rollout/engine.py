@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -47,6 +47,12 @@ class RolloutEngine(Protocol):
         ...
 
 
+CacheKind = Literal["dynamic", "static"]
+CACHE_KINDS: tuple[str, ...] = ("dynamic", "static")
+STATIC_WIDTH_MULTIPLE = 16
+"""With the static cache, prompts are left-padded to a multiple of this width."""
+
+
 class HFRolloutEngine:
     """Generation with the training model itself through ``model.generate``.
 
@@ -57,13 +63,42 @@ class HFRolloutEngine:
     distribution whose log-probs :class:`trainer.policy.Policy` scores (SPEC 9). A
     sampler that changes it (top-k, top-p, penalties) must change the scoring with it.
     ``greedy`` takes the argmax, which no temperature changes.
+
+    ``cache`` picks the KV cache of ``generate``: ``"dynamic"`` (the default, grown token
+    by token) or ``"static"`` (``cache_implementation="static"``: preallocated for the
+    batch and ``prompt width + max_new_tokens``, the shape ``torch.compile`` needs). With
+    the static cache the prompt width is rounded up to a multiple of
+    :data:`STATIC_WIDTH_MULTIPLE` (more left padding, masked), so a compiled forward sees
+    few shapes. ``compile`` (static cache on CUDA only) lets transformers compile the
+    decoding forward (its ``CompileConfig`` defaults); otherwise compilation stays off.
+    Both change how the tokens are computed, not which distribution they are drawn from:
+    the trainer scores the behaviour log-probs itself either way (SPEC 9).
+    ``bench/gpu_check.py`` measures the two caches against each other on a GPU.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        cache: CacheKind = "dynamic",
+        compile: bool = False,
+    ) -> None:
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no EOS token; generation could not stop")
+        if cache not in CACHE_KINDS:
+            raise ValueError(f"unknown KV cache {cache!r}; use one of {CACHE_KINDS}")
+        if compile and cache != "static":
+            raise ValueError("compile=True needs cache='static' (a dynamic cache is not compiled)")
+        if compile and model.device.type != "cuda":
+            raise ValueError(
+                f"compile=True compiles the forward on CUDA only; this model is on "
+                f"{model.device} (use cache='static' without compile there)"
+            )
         self.model = model
         self.tokenizer = tokenizer
+        self.cache: CacheKind = cache
+        self.compile = compile
         self.pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
@@ -73,6 +108,12 @@ class HFRolloutEngine:
 
     def encode_prompts(self, prompts: Sequence[str]) -> list[list[int]]:
         return [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+
+    def _cache_options(self) -> dict[str, object]:
+        """The ``GenerationConfig`` fields of the chosen cache (none for the default)."""
+        if self.cache == "dynamic":
+            return {}
+        return {"cache_implementation": "static", "disable_compile": not self.compile}
 
     @torch.no_grad()
     def generate(
@@ -86,6 +127,8 @@ class HFRolloutEngine:
     ) -> RolloutBatch:
         prompt_ids = self.encode_prompts(prompts)
         width = max(len(ids) for ids in prompt_ids)
+        if self.cache == "static":
+            width = -(-width // STATIC_WIDTH_MULTIPLE) * STATIC_WIDTH_MULTIPLE
         input_ids = torch.full((len(prompt_ids), width), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
         for row, ids in enumerate(prompt_ids):
@@ -101,6 +144,7 @@ class HFRolloutEngine:
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.pad_id,
             use_cache=True,
+            **self._cache_options(),
         )
         was_training = self.model.training
         self.model.eval()

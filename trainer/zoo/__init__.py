@@ -5,6 +5,9 @@ Each policy pairs a random-init ``transformers`` model with a tokenizer trained 
 SFT on the arithmetic task, so everything runs offline and on a CPU. Policies are named
 ``zoo:<id>`` in run configs.
 
+Beside it, on request only (``--recipe shapes``, :mod:`trainer.zoo.shapes`): untrained
+random-init models with the architecture shapes of real checkpoints, for GPU benchmarks.
+
 Importing this package is cheap (no torch): the web app may list :data:`ZOO_IDS`.
 """
 
@@ -23,9 +26,17 @@ COMPLEMENTARY_IDS: tuple[str, ...] = (
 )
 """The complementary-skills pool: the same three families, each warm-started on one skill
 of the mixed task (levels 3, 4, 6): addition, subtraction, multiplication."""
-ZOO_RECIPES: dict[str, tuple[str, ...]] = {"default": ZOO_IDS, "complementary": COMPLEMENTARY_IDS}
+SHAPE_IDS: tuple[str, ...] = ("shape-qwen2.5-0.5b", "shape-llama-3.2-1b")
+"""Random-init models with the architecture shapes of real checkpoints, for GPU
+benchmarks (:mod:`trainer.zoo.shapes`): built only when asked for (``--recipe shapes``),
+never by the default build."""
+ZOO_RECIPES: dict[str, tuple[str, ...]] = {
+    "default": ZOO_IDS,
+    "complementary": COMPLEMENTARY_IDS,
+    "shapes": SHAPE_IDS,
+}
 """The sets ``python -m trainer zoo build --recipe NAME`` builds."""
-ALL_ZOO_IDS: tuple[str, ...] = ZOO_IDS + COMPLEMENTARY_IDS
+ALL_ZOO_IDS: tuple[str, ...] = ZOO_IDS + COMPLEMENTARY_IDS + SHAPE_IDS
 ZOO_PREFIX = "zoo:"
 
 
@@ -50,13 +61,22 @@ def build_zoo(
 
     A policy already built from the same seed, recipe and build version is reused unless
     ``force``. Builds are atomic: an interrupted build leaves no directory named ``<id>``.
+    Shape models (:data:`SHAPE_IDS`) are built only when named in ``ids``, in bf16 at
+    full depth (:func:`trainer.zoo.shapes.build_shapes` has the other options).
     """
     from trainer.zoo.build import build_all
 
     chosen = tuple(ZOO_IDS if ids is None else ids)
     for zoo_id in chosen:
         _check_id(zoo_id)
-    return build_all(Path(zoo_dir), seed, chosen, force, log)
+    tiny = tuple(zoo_id for zoo_id in chosen if zoo_id not in SHAPE_IDS)
+    shapes = tuple(zoo_id for zoo_id in chosen if zoo_id in SHAPE_IDS)
+    built = build_all(Path(zoo_dir), seed, tiny, force, log) if tiny else {}
+    if shapes:  # opt-in: big random-init models with real shapes (trainer.zoo.shapes)
+        from trainer.zoo.shapes import build_shapes
+
+        built |= build_shapes(Path(zoo_dir), seed=seed, ids=shapes, force=force, log=log)
+    return {zoo_id: built[zoo_id] for zoo_id in chosen}
 
 
 def zoo_model_dir(zoo_id: str, zoo_dir: Path) -> Path:
