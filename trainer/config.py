@@ -42,6 +42,8 @@ from typing import Any, TypeVar
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DTYPES = ("float32", "bfloat16", "float16")
+ROLLOUT_CACHES = ("dynamic", "static")
+"""The KV caches of :class:`trainer.rollout.HFRolloutEngine` (its ``CACHE_KINDS``)."""
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 KL_ESTIMATORS = ("k3",)
 ADVANTAGE_ESTIMATORS = ("grpo",)
@@ -156,6 +158,25 @@ class PolicyConfig:
             "help": "Keep the reference model (the KL anchor) in CPU memory and score it "
             "there, in float32: frees its accelerator memory, slower steps",
             "label": "Reference on CPU",
+        },
+    )
+    rollout_cache: str = field(
+        default="dynamic",
+        metadata={"help": f"One of {ROLLOUT_CACHES}", "label": "Rollout KV cache"},
+    )
+    """The KV cache generation uses (:class:`trainer.rollout.HFRolloutEngine`'s
+    ``cache``): ``dynamic`` grows token by token; ``static`` is preallocated for the
+    batch and ``prompt width + max_new_tokens`` (prompts left-padded to a multiple of
+    16), the shape ``rollout_compile`` needs. Either samples the same distribution: the
+    trainer scores the behaviour log-probs itself. The help stays ``One of (...)``: the
+    compose form makes a select of it."""
+    rollout_compile: bool = field(
+        default=False,
+        metadata={
+            "help": "Let transformers torch.compile the decoding forward of generation "
+            "(needs the static rollout cache; CUDA only: refused on a CPU device). The "
+            "first rollouts are slower while it compiles",
+            "label": "Compile rollouts",
         },
     )
     device_share: float | None = field(
@@ -463,6 +484,8 @@ class RunConfig:
             seen.setdefault(policy.name, index)
             check(bool(policy.model.strip()), f"{path}.model", "name a model: 'zoo:<id>' or a path")
             check(policy.dtype in DTYPES, f"{path}.dtype", f"dtype must be one of {DTYPES}")
+            for field_path, message in rollout_problems(policy).items():
+                check(False, f"{path}.{field_path}", message)
             sequences = self.prompts_per_step * policy.group_size
             per_mini_batch, remainder = divmod(sequences, max(self.grpo.mini_batches, 1))
             check(
@@ -611,6 +634,24 @@ class RunConfig:
 def remix_fresh_prompts(prompts_per_step: int, replay_fraction: float) -> int:
     """Fresh prompts per ReMix step: the batch's other share ``p`` comes from the replay."""
     return round((1.0 - replay_fraction) * prompts_per_step)
+
+
+def rollout_problems(policy: PolicyConfig) -> dict[str, str]:
+    """What is wrong with ``policy``'s rollout engine settings, by field name, each with
+    how to fix it: an unknown ``rollout_cache``, or ``rollout_compile`` without the static
+    cache. That compilation needs CUDA is checked where the device is known
+    (:class:`trainer.policy.Policy`), since the config does not say where a policy runs."""
+    problems: dict[str, str] = {}
+    if policy.rollout_cache not in ROLLOUT_CACHES:
+        problems["rollout_cache"] = (
+            f"unknown rollout_cache {policy.rollout_cache!r}; use one of {ROLLOUT_CACHES}"
+        )
+    elif policy.rollout_compile and policy.rollout_cache != "static":
+        problems["rollout_compile"] = (
+            "rollout_compile compiles the static-cache forward: set rollout_cache to "
+            "'static', or turn rollout_compile off"
+        )
+    return problems
 
 
 def _name_help(name: str) -> str:

@@ -68,6 +68,11 @@ Precision and memory (:class:`~trainer.config.PolicyConfig`'s ``dtype``,
   ``micro_batch_size`` sequences (:func:`token_budget_micro_batches`); the micro-batches'
   losses are weighted by their share of the mini-batch's tokens (or sequences) as
   before, so the loss and gradient are those of one big batch.
+
+Generation runs through :class:`~trainer.rollout.HFRolloutEngine` with the policy's
+``rollout_cache`` (``dynamic`` or ``static`` KV cache) and ``rollout_compile`` (a
+compiled decoding forward: static cache and a CUDA device only; a CPU policy refuses it
+at setup with :class:`RolloutSetupError`). Neither changes the sampled distribution.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import typing
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +107,7 @@ from trainer.core import (
 from trainer.models import load_causal_lm, load_tokenizer
 from trainer.remix.losses import RemixObjective
 from trainer.rollout import HFRolloutEngine, RolloutBatch
+from trainer.rollout.engine import CacheKind
 from trainer.tasks import Problem
 from trainer.tasks.rewards import RewardFn
 from trainer.thl import encode_text
@@ -108,6 +115,11 @@ from trainer.thl import encode_text
 
 class PrecisionError(ValueError):
     """A precision setting the policy's device cannot run; the message says what to use."""
+
+
+class RolloutSetupError(ValueError):
+    """A rollout engine setting the policy's device cannot run; the message says what to
+    change (``rollout_compile`` on a CPU device)."""
 
 
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -225,6 +237,7 @@ class Policy:
         self.reward_fn = reward_fn
         self.success_threshold = success_threshold
         self.compute_dtype = _compute_dtype(config.dtype, self.device)
+        _check_rollout_device(config, self.device)  # before any model is loaded
         self.tokenizer = load_tokenizer(tokenizer_dir)
         # float32 master weights whatever the compute dtype (module docstring). Loaded on
         # the CPU and copied there, then moved: the reference never passes through the
@@ -250,7 +263,12 @@ class Policy:
         self.scaler = (
             torch.amp.GradScaler(self.device.type) if self.compute_dtype == torch.float16 else None
         )
-        self.engine = HFRolloutEngine(self.model, self.tokenizer)
+        self.engine = HFRolloutEngine(
+            self.model,
+            self.tokenizer,
+            cache=typing.cast(CacheKind, config.rollout_cache),  # the engine refuses others
+            compile=config.rollout_compile,
+        )
         self.pad_id = self.engine.pad_id
 
     @property
@@ -824,6 +842,18 @@ def token_budget_micro_batches(lengths: Sequence[int], budget: int) -> list[slic
     if len(lengths) > start:
         batches.append(slice(start, len(lengths)))
     return batches
+
+
+def _check_rollout_device(config: PolicyConfig, device: torch.device) -> None:
+    """:class:`RolloutSetupError` when ``config.rollout_compile`` asks for a compiled
+    decoding forward on a device other than CUDA (the config cannot tell where a policy
+    runs, so :meth:`RunConfig.validate` leaves this rule to the policy's setup)."""
+    if config.rollout_compile and device.type != "cuda":
+        raise RolloutSetupError(
+            f"policy {config.name!r}: rollout_compile compiles the decoding forward on CUDA "
+            f"only, and this policy runs on {device}; set rollout_compile to false (keep "
+            "rollout_cache 'static' if you like), or give the policy a GPU"
+        )
 
 
 def _compute_dtype(dtype: str, device: torch.device) -> torch.dtype:

@@ -77,14 +77,15 @@ def _assert_same_update(
     gb: dict[str, torch.Tensor],
     skip: tuple[str, ...] = (),
 ) -> None:
-    """The same metrics (relative 1e-5) and gradients: each tensor within 1e-5 of its
-    largest entry (summation order differs: about 3e-6 is measured)."""
+    """The same metrics (relative 1e-5) and gradients: each tensor within 2e-4 of its
+    largest entry (summation order differs: about 3e-6 was measured on one Intel host,
+    up to 8e-5 on an AMD EPYC one, in q_proj's gradient, whose entries are small)."""
     assert a.keys() == b.keys()
     for key in a.keys() - set(skip):
         assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
     for name in ga:
         scale = float(ga[name].abs().max())
-        torch.testing.assert_close(gb[name], ga[name], rtol=1e-4, atol=1e-5 * scale, msg=name)
+        torch.testing.assert_close(gb[name], ga[name], rtol=1e-4, atol=2e-4 * scale, msg=name)
 
 
 # --- the compute dtype ------------------------------------------------------------------

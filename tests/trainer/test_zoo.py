@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -283,6 +284,53 @@ def test_a_crashed_build_leaves_no_directory_behind(
     with pytest.raises(OSError, match="disk full"):
         zoo_build.build_one("tiny-gpt2-unigram", str(tmp_path), seed=0)
     assert list(tmp_path.iterdir()) == []
+
+
+def _modes(root: Path) -> dict[str, int]:
+    """The permission bits of ``root`` and of everything under it, by relative path."""
+    paths = [root, *sorted(root.rglob("*"))]
+    return {str(path.relative_to(root)): path.stat().st_mode & 0o777 for path in paths}
+
+
+def test_a_built_policy_is_world_readable_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # safetensors writes model.safetensors owner-only (0600), and a private umask makes
+    # every other file so too; the built directory must serve everyone sharing the zoo.
+    policy = zoo_build.make_policy("tiny-gpt2-unigram", seed=0, sft_steps=1)
+    monkeypatch.setattr(zoo_build, "make_policy", lambda zoo_id, seed: policy)
+    previous = os.umask(0o077)
+    try:
+        zoo_build.build_one("tiny-gpt2-unigram", str(tmp_path), seed=0)
+    finally:
+        os.umask(previous)
+    built = tmp_path / "tiny-gpt2-unigram"
+    modes = _modes(built)
+    assert "model.safetensors" in modes and "zoo.json" in modes
+    expected = {name: 0o755 if (built / name).is_dir() else 0o644 for name in modes}
+    assert modes == expected
+
+
+def test_reusing_a_build_with_private_files_makes_it_readable(
+    zoo_dir: Path, tmp_path: Path
+) -> None:
+    # A zoo built before the modes were fixed: build_zoo reuses it (no rebuild) and
+    # opens it up.
+    copy = tmp_path / "tiny-qwen-bpe"
+    shutil.copytree(zoo_dir / "tiny-qwen-bpe", copy)
+    (copy / "model.safetensors").chmod(0o600)
+    copy.chmod(0o700)
+    before = (copy / "model.safetensors").stat().st_mtime_ns
+    build_zoo(tmp_path, seed=0, ids=["tiny-qwen-bpe"])
+    assert (copy / "model.safetensors").stat().st_mtime_ns == before  # not rebuilt
+    assert set(_modes(copy).values()) == {0o644, 0o755}
+    assert _modes(copy)["model.safetensors"] == 0o644 and _modes(copy)["."] == 0o755
+
+
+def test_the_test_zoo_is_world_readable(zoo_dir: Path) -> None:
+    for zoo_id in ZOO_IDS:
+        modes = _modes(zoo_dir / zoo_id)
+        assert set(modes.values()) <= {0o644, 0o755}, (zoo_id, modes)
 
 
 def test_build_zoo_rejects_an_unknown_id(tmp_path: Path) -> None:

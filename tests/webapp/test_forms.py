@@ -263,6 +263,8 @@ def test_a_valid_three_policy_sgt_form_gives_the_trainer_json(lab: Lab) -> None:
         "micro_batch_tokens": None,
         "gradient_checkpointing": False,
         "reference_on_cpu": False,
+        "rollout_cache": "dynamic",
+        "rollout_compile": False,
         "device_share": None,
     }
     saved = composer.save_kwargs()
@@ -462,6 +464,64 @@ def test_a_mini_batch_not_divisible_by_micro_batch_size_is_refused(lab: Lab) -> 
     assert not composer.is_valid()
     (message,) = pool_form(composer, 0).errors["micro_batch_size"]
     assert "must be divisible by micro_batch_size (48)" in message
+
+
+def test_the_rollout_cache_is_a_select_and_compile_a_checkbox(lab: Lab) -> None:
+    form = pool_form(ExperimentComposer(lab=lab), 0)
+    assert form.fields["rollout_cache"].choices == [("dynamic", "dynamic"), ("static", "static")]
+    assert form["rollout_cache"].initial == "dynamic"
+    assert form.fields["rollout_cache"].label == "Rollout KV cache"
+    assert form.fields["rollout_compile"].widget.input_type == "checkbox"
+    assert form.fields["rollout_compile"].label == "Compile rollouts"
+    assert "needs the static rollout cache" in form.fields["rollout_compile"].help_text
+
+
+def test_a_static_rollout_cache_reaches_the_trainer_json(lab: Lab) -> None:
+    composer = bound(lab, {"pool-1-rollout_cache": "static"})
+
+    assert composer.is_valid(), composer.has_errors()
+    assert composer.config is not None
+    assert [p["rollout_cache"] for p in composer.config["pool"]] == ["dynamic", "static", "dynamic"]
+    assert [p["rollout_compile"] for p in composer.config["pool"]] == [False, False, False]
+
+
+def test_rollout_compile_without_the_static_cache_is_refused_on_its_field(lab: Lab) -> None:
+    composer = bound(lab, {"pool-1-rollout_compile": "on"})
+
+    assert not composer.is_valid()
+    assert pool_form(composer, 1).errors["rollout_compile"] == [
+        "rollout_compile compiles the static-cache forward: set rollout_cache to 'static', "
+        "or turn rollout_compile off"
+    ]
+
+
+def test_rollout_compile_on_a_cpu_placement_is_refused_on_its_field(lab: Lab) -> None:
+    composer = bound(lab, {"pool-1-rollout_cache": "static", "pool-1-rollout_compile": "on"})
+
+    assert not composer.is_valid()
+    assert pool_form(composer, 1).errors["rollout_compile"] == [
+        "rollout_compile compiles on CUDA only and this policy gets no GPU: request GPUs in "
+        "the resources, or turn rollout_compile off"
+    ]
+    assert not pool_form(composer, 0).errors and not pool_form(composer, 2).errors
+
+
+@override_settings(PARTITIONS=GPU_PARTITIONS)
+def test_rollout_compile_with_a_gpu_is_accepted(lab: Lab) -> None:
+    composer = bound(
+        lab,
+        {
+            "resources-backend": "slurm",
+            "resources-partition": "gpu",
+            "resources-gpus": "4",
+            "pool-1-rollout_cache": "static",
+            "pool-1-rollout_compile": "on",
+        },
+    )
+
+    assert composer.is_valid(), composer.has_errors()
+    assert composer.config is not None
+    assert composer.config["pool"][1]["rollout_compile"] is True
 
 
 @override_settings(PARTITIONS=GPU_PARTITIONS)

@@ -87,6 +87,8 @@ class ReplayBuffer:
         return {"versions": self.versions, "samples": [asdict(s) for s in self._samples]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned, every value as a plain int or float
+        (nothing device-bound survives a resume)."""
         if state["versions"] != self.versions:
             raise ValueError(
                 f"the checkpoint's replay keeps {state['versions']} versions, "
@@ -95,9 +97,9 @@ class ReplayBuffer:
         self._samples = [
             ReplaySample(
                 version=int(s["version"]),
-                prompt_ids=tuple(s["prompt_ids"]),
-                response_ids=tuple(s["response_ids"]),
-                behaviour_logp=tuple(s["behaviour_logp"]),
+                prompt_ids=tuple(int(i) for i in s["prompt_ids"]),
+                response_ids=tuple(int(i) for i in s["response_ids"]),
+                behaviour_logp=tuple(float(x) for x in s["behaviour_logp"]),
                 advantage=float(s["advantage"]),
             )
             for s in state["samples"]

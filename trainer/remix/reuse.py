@@ -47,14 +47,24 @@ from trainer.remix.schedule import kl_lambda, reincarnates_after
 
 def with_replay(batch: LearnerBatch, replayed: list[ReplaySample]) -> LearnerBatch:
     """``batch`` followed by ``replayed`` samples (their stored advantages and behaviour
-    log-probs); the batch's own rows keep ``behaviour_logp`` None (ratio against pi_k)."""
+    log-probs); the batch's own rows keep ``behaviour_logp`` None (ratio against pi_k).
+
+    The replayed advantages are made on the device of ``batch.advantages``: a replay
+    restored from a checkpoint holds plain floats, whatever device the policy is on."""
     behaviour = list(batch.behaviour_logp) or [None] * len(batch)
     weights = list(batch.token_weights) or [None] * len(batch)
     return LearnerBatch(
         prompt_ids=list(batch.prompt_ids) + [list(s.prompt_ids) for s in replayed],
         response_ids=list(batch.response_ids) + [list(s.response_ids) for s in replayed],
         advantages=torch.cat(
-            [batch.advantages, torch.tensor([s.advantage for s in replayed], dtype=torch.float32)]
+            [
+                batch.advantages,
+                torch.tensor(
+                    [s.advantage for s in replayed],
+                    dtype=torch.float32,
+                    device=batch.advantages.device,
+                ),
+            ]
         ),
         token_weights=weights + [None] * len(replayed),
         aux_terms=list(batch.aux_terms),
@@ -151,8 +161,13 @@ class ReMix:
 
     # --- checkpoint ---------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The replay and the reincarnation step, as plain Python (ints, floats, lists):
+        no tensor, so a checkpoint read with ``map_location="cpu"`` resumes on any device
+        without moving anything (the reincarnated reference's weights are saved apart
+        and load into the policy's reference where it lives)."""
         return {"replay": self.replay.state_dict(), "reincarnated_at": self.reincarnated_at}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (rebuilt as plain Python values)."""
         self.replay.load_state_dict(state["replay"])
         self.reincarnated_at = state["reincarnated_at"]

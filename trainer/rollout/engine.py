@@ -9,6 +9,8 @@ from typing import Literal, Protocol
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer.config import ROLLOUT_CACHES
+
 
 @dataclass
 class RolloutBatch:
@@ -48,7 +50,8 @@ class RolloutEngine(Protocol):
 
 
 CacheKind = Literal["dynamic", "static"]
-CACHE_KINDS: tuple[str, ...] = ("dynamic", "static")
+CACHE_KINDS: tuple[str, ...] = ROLLOUT_CACHES
+"""The KV caches ``cache`` may name (a run picks one per policy: ``PolicyConfig.rollout_cache``)."""
 STATIC_WIDTH_MULTIPLE = 16
 """With the static cache, prompts are left-padded to a multiple of this width."""
 

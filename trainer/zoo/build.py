@@ -51,6 +51,12 @@ another: its SFT then goes on, 100 steps at a time, until it gets there."""
 SFT_MAX_EXTRA_STEPS = 1000
 
 MANIFEST = "zoo.json"
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+"""A built zoo is world-readable (files ``rw-r--r--``, directories ``rwxr-xr-x``) whatever
+the builder's umask or the writers' own modes (safetensors saves through an owner-only
+temporary file: ``model.safetensors`` would be ``0600``), so one build serves everyone
+who shares the zoo directory."""
 VALIDATION_LEVELS = (1, 2, 3)
 COMPLEMENTARY_LEVELS = (3, 4, 6)
 """The mixed task of the complementary pool: two-digit addition, two-digit subtraction,
@@ -272,6 +278,23 @@ def save_policy(policy: Policy, directory: Path) -> None:
     (directory / MANIFEST).write_text(json.dumps(policy.manifest, indent=2) + "\n")
 
 
+def make_world_readable(directory: Path) -> None:
+    """Give ``directory``, and every directory and file under it, the zoo's modes
+    (:data:`DIR_MODE`, :data:`FILE_MODE`); links are left alone."""
+    directory.chmod(DIR_MODE)
+    for path in directory.rglob("*"):
+        if path.is_symlink():
+            continue
+        path.chmod(DIR_MODE if path.is_dir() else FILE_MODE)
+
+
+def _readable_if_ours(directory: Path) -> None:
+    """:func:`make_world_readable` where this process may change the modes (a build made
+    before the zoo fixed them, by this user); nothing on a zoo it may not change."""
+    with suppress(OSError):
+        make_world_readable(directory)
+
+
 def read_manifest(directory: Path) -> dict[str, Any] | None:
     """The ``zoo.json`` of a built policy directory, or None if there is none."""
     try:
@@ -299,9 +322,9 @@ def build_one(zoo_id: str, zoo_dir: str, seed: int) -> dict[str, Any]:
     root = Path(zoo_dir)
     policy = make_policy(zoo_id, seed)
     staging = Path(tempfile.mkdtemp(prefix=f".{zoo_id}.", suffix=".partial", dir=root))
-    staging.chmod(0o755)  # mkdtemp makes it private; a shared zoo must stay readable
     try:
         save_policy(policy, staging)
+        make_world_readable(staging)  # mkdtemp and safetensors make it owner-only
         try:
             _swap_into_place(staging, root / zoo_id)
         except OSError:
@@ -354,6 +377,7 @@ def _build_missing(
     todo = [zoo_id for zoo_id in ids if force or not is_current(zoo_dir / zoo_id, zoo_id, seed)]
     for zoo_id in ids:
         if zoo_id not in todo:
+            _readable_if_ours(zoo_dir / zoo_id)
             log(f"zoo: {zoo_id} is up to date in {zoo_dir / zoo_id}")
     if todo:
         log(f"zoo: building {', '.join(todo)} into {zoo_dir} (seed {seed})")

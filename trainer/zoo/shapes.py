@@ -51,8 +51,10 @@ from trainer.zoo.build import (
     RECIPES,
     Policy,
     _exclusive_lock,
+    _readable_if_ours,
     _swap_into_place,
     make_tokenizer,
+    make_world_readable,
     read_manifest,
 )
 from trainer.zoo.models import count_parameters
@@ -294,6 +296,7 @@ def build_shapes(
         for zoo_id in ids:
             target = zoo_dir / zoo_id
             if not force and is_current(target, zoo_id, seed, dtype, layers):
+                _readable_if_ours(target)
                 log(f"zoo: {zoo_id} is up to date in {target}")
                 continue
             log(f"zoo: building {zoo_id} ({dtype}) into {zoo_dir} (seed {seed})")
@@ -314,18 +317,16 @@ def _build_shape(
     policy = make_shape_policy(zoo_id, seed, dtype, layers)
     started = time.monotonic() - policy.manifest["build_seconds"]
     staging = Path(tempfile.mkdtemp(prefix=f".{zoo_id}.", suffix=".partial", dir=zoo_dir))
-    staging.chmod(0o755)  # mkdtemp makes it private; a shared zoo must stay readable
     try:
         policy.model.save_pretrained(staging)
         policy.tokenizer.save_pretrained(staging)
         del policy.model
         manifest = policy.manifest
         files = [path for path in staging.iterdir() if path.is_file()]
-        for path in files:  # transformers 5 writes model.safetensors owner-only (0600)
-            path.chmod(0o644)
         manifest["size_bytes"] = sum(path.stat().st_size for path in files)
         manifest["build_seconds"] = round(time.monotonic() - started, 1)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        make_world_readable(staging)  # mkdtemp and safetensors make it owner-only
         try:
             _swap_into_place(staging, zoo_dir / zoo_id)
         except OSError:
