@@ -74,6 +74,10 @@ class JobSpec:
     """Per policy (rank order), the share of its devices' memory it may use, from the MWRA
     plan (:func:`memory_fraction_text`): ``"0.45"``, ``"1"``, or ``""`` for no cap; empty
     on CPU. The script exports them as ``MRL_MEMORY_FRACTION_BY_RANK``."""
+    node_by_rank: tuple[int, ...] = field(default_factory=tuple)
+    """Per policy (rank order), the index of its node in the job's allocation, from the
+    MWRA plan; empty for a one-node job. The script lays the tasks out by it
+    (:func:`multinode_lines`)."""
     zoo_dir: str = ""
     job_dir: Path | None = None
     """The job's own directory: script, log, exit code, pid (default ``<run_dir>/job``,
@@ -102,6 +106,24 @@ class JobSpec:
         for devices in self.cuda_visible_devices:
             _match(CUDA_DEVICES, devices, "cuda_visible_devices", "comma-separated indices")
         _check(isinstance(self.memory_fractions, tuple), "memory_fractions", "a tuple of strings")
+        if self.node_by_rank:
+            _check(
+                all(type(node) is int for node in self.node_by_rank),
+                "node_by_rank",
+                f"whole-number node indices; got {self.node_by_rank!r}",
+            )
+            _check(
+                len(self.node_by_rank) == self.n_policies,
+                "node_by_rank",
+                f"one node per policy ({self.n_policies}); got {len(self.node_by_rank)}",
+            )
+            _check(
+                sorted(set(self.node_by_rank)) == list(range(self.nodes)),
+                "node_by_rank",
+                f"node indices 0..{self.nodes - 1}, each used at least once",
+            )
+        else:
+            _check(self.nodes == 1, "node_by_rank", "a job on several nodes places every rank")
         for fraction in self.memory_fractions:
             _match(
                 MEMORY_FRACTION,
@@ -111,6 +133,13 @@ class JobSpec:
             )
 
     # --- files in the run directory ---------------------------------------------------
+    @property
+    def tasks_per_node(self) -> int:
+        """The most ranks the plan puts on one node (what each node is asked to hold)."""
+        if not self.node_by_rank:
+            return self.n_policies
+        return max(self.node_by_rank.count(node) for node in range(self.nodes))
+
     @property
     def config_path(self) -> Path:
         """The run's config (the training job's input)."""
@@ -194,15 +223,47 @@ def sbatch_args(request: SlurmRequest) -> list[str]:
     """An MWRA plan's Slurm request as ``sbatch`` arguments (an argv list, never a shell
     string): ``["--nodes=1", "--ntasks=2", "--gres=gpu:4", "--cpus-per-task=2",
     "--mem=32G"]``; no ``--gres`` for a CPU-only job, no ``--mem`` without a memory
-    request. The plan's Slurm request as the compose preview and the experiment page
+    request. A job on several nodes asks every node for room for the plan's most tasks
+    on one node (``--ntasks-per-node``, with ``--ntasks`` = nodes x that), so that the
+    step can put each rank on its planned node (:func:`multinode_lines`). The plan's
+    Slurm request as the compose preview and the experiment page
     show it."""
     args = [f"--nodes={request.nodes}", f"--ntasks={request.ntasks}"]
+    if request.nodes > 1:
+        args = [
+            f"--nodes={request.nodes}",
+            f"--ntasks={request.nodes * max(request.tasks_per_node)}",
+            f"--ntasks-per-node={max(request.tasks_per_node)}",
+        ]
     if request.gres:
         args.append(f"--gres={request.gres}")
     args.append(f"--cpus-per-task={request.cpus_per_task}")
     if request.mem_gb:
         args.append(f"--mem={request.mem_gb}G")
     return args
+
+
+def placement_fields(plan: PlacementPlan | None, *, slurm: bool = True) -> dict[str, Any]:
+    """The :class:`JobSpec` fields that come from an MWRA plan: nodes, GPUs per node,
+    CPUs per task, per-rank devices and memory fractions (none on the CPU), and each
+    rank's node when the job spans several (a Slurm job only: the local backend is one
+    machine). ``plan`` None: one node, one CPU per task."""
+    if plan is None:
+        return {"nodes": 1, "gpus_per_node": 0, "cpus_per_task": 1}
+    on_gpu = plan.device != "cpu"
+    spans_nodes = slurm and plan.slurm.nodes > 1
+    return {
+        "nodes": plan.slurm.nodes if spans_nodes else 1,
+        "gpus_per_node": plan.slurm.gpus_per_node,
+        "cpus_per_task": plan.slurm.cpus_per_task,
+        "cuda_visible_devices": (
+            tuple(p.cuda_visible_devices for p in plan.policies) if on_gpu else ()
+        ),
+        "memory_fractions": (
+            tuple(memory_fraction_text(p.memory_fraction) for p in plan.policies) if on_gpu else ()
+        ),
+        "node_by_rank": tuple(p.node or 0 for p in plan.policies) if spans_nodes else (),
+    }
 
 
 def placement_json(plan: PlacementPlan) -> dict[str, Any]:
@@ -279,12 +340,12 @@ def render_script(spec: JobSpec, *, slurm: bool) -> str:
         fractions = ";".join(spec.memory_fractions)
         lines.append(f"export MRL_MEMORY_FRACTION_BY_RANK={q(fractions)}")
     if slurm and spec.n_policies > 1:
-        # One task per policy (across nodes if need be); rank 0's node is the rendezvous.
-        lines += [
-            'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-            "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
-        ]
-        trainer = "srun --kill-on-bad-exit=1 " + trainer
+        # One task per policy, each on its planned node; rank 0's node is the rendezvous.
+        lines += multinode_lines(spec)
+        srun = "srun --kill-on-bad-exit=1"
+        if spec.node_by_rank:
+            srun += f" --distribution=arbitrary --ntasks={spec.n_policies}"
+        trainer = f"{srun} {trainer}"
     lines += [
         f"{trainer} &",
         "child=$!",
@@ -304,6 +365,50 @@ def render_script(spec: JobSpec, *, slurm: bool) -> str:
         ]
     lines += wait_for_child(spec, "trainer")
     return "\n".join(lines) + "\n"
+
+
+RENDEZVOUS_PORT_BASE = 20000
+RENDEZVOUS_PORT_SPAN = 20000
+"""A multi-policy Slurm job's torch.distributed rendezvous listens on rank 0's node at
+``RENDEZVOUS_PORT_BASE + job id % RENDEZVOUS_PORT_SPAN`` (20000-39999): the nodes must
+reach each other on that range (and on the ephemeral ports gloo connects on)."""
+
+
+def multinode_lines(spec: JobSpec) -> list[str]:
+    """The script lines that place a multi-policy Slurm job's ranks and name its
+    rendezvous.
+
+    ``hosts`` is the allocation as Slurm lists it (``scontrol show hostnames``: the node
+    indices of the MWRA plan). For a job on several nodes, rank ``i`` runs on
+    ``hosts[node_by_rank[i]]``: the script writes that list to ``$RUN_DIR/job/
+    hosts-<job id>`` and ``srun --distribution=arbitrary`` reads it as
+    ``SLURM_HOSTFILE`` (Slurm's block layout would fill the nodes in rank order, which is
+    not the plan's). ``MASTER_ADDR`` is rank 0's node's address as Slurm knows it (its
+    ``NodeAddr``), so every node reaches the rendezvous whatever the hostname resolves to
+    there; ``MASTER_PORT`` is from :data:`RENDEZVOUS_PORT_BASE`. Both lists are quoted
+    integers only; nothing of the user's reaches these lines.
+    """
+    lines = ['mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")']
+    if spec.node_by_rank:
+        nodes = " ".join(str(node) for node in spec.node_by_rank)
+        lines += [
+            f"node_by_rank=({nodes})",
+            'hostfile="$RUN_DIR/job/hosts-$SLURM_JOB_ID"',
+            'for node in "${node_by_rank[@]}"; do echo "${hosts[$node]}"; done > "$hostfile"',
+            'export SLURM_HOSTFILE="$hostfile"',
+            # The batch environment's per-node count is the allocation's, not this step's.
+            "unset SLURM_NTASKS_PER_NODE",
+            'rank0_host="${hosts[${node_by_rank[0]}]}"',
+            'echo "[job] ranks on nodes: $(paste -sd, "$hostfile")"',
+        ]
+    else:
+        lines.append('rank0_host="${hosts[0]}"')
+    lines += [
+        'MASTER_ADDR="$(sinfo -h -N -n "$rank0_host" -o %o | head -n 1)"',
+        'export MASTER_ADDR="${MASTER_ADDR:-$rank0_host}"',
+        f"export MASTER_PORT=$(({RENDEZVOUS_PORT_BASE} + SLURM_JOB_ID % {RENDEZVOUS_PORT_SPAN}))",
+    ]
+    return lines
 
 
 def wait_for_child(spec: JobSpec, what: str) -> list[str]:
@@ -335,6 +440,11 @@ def sbatch_header(spec: JobSpec, *, ntasks: int, requeue: bool) -> list[str]:
         "#SBATCH --open-mode=append",
         f"#SBATCH --nodes={spec.nodes}",
         f"#SBATCH --ntasks={ntasks}",
+    ]
+    if spec.nodes > 1:
+        lines[-1] = f"#SBATCH --ntasks={spec.nodes * spec.tasks_per_node}"
+        lines.append(f"#SBATCH --ntasks-per-node={spec.tasks_per_node}")
+    lines += [
         f"#SBATCH --cpus-per-task={spec.cpus_per_task}",
         f"#SBATCH --mem={spec.mem_gb}G",
         f"#SBATCH --time={q(spec.time_limit)}",

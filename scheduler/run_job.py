@@ -6,6 +6,7 @@ the job.
 from __future__ import annotations
 
 import logging
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,8 +14,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from scheduler.backends import Backend, JobStatus, backend_named, log_tail, read_exit_code
-from scheduler.jobs import PATH, JobSpec, JobSpecError, memory_fraction_text
+from scheduler.jobs import PATH, JobSpec, JobSpecError, placement_fields
 from trainer.mwra import PlacementPlan
+from trainer.rendezvous import read_worker_records
 from webapp.experiments import services
 from webapp.experiments.models import Run
 
@@ -59,12 +61,6 @@ def job_spec(run: Run) -> JobSpec:
     resources = run.experiment.resources or {}
     placement = resources.get("placement")
     plan = PlacementPlan.from_dict(placement) if placement else None
-    devices = tuple(p.cuda_visible_devices for p in plan.policies) if plan else ()
-    fractions = (
-        tuple(memory_fraction_text(p.memory_fraction) for p in plan.policies) if plan else ()
-    )
-    if plan is not None and plan.device == "cpu":
-        devices = fractions = ()
     partition = str(resources.get("partition", "") if run.backend == "slurm" else "")
     run_dir = Path(run.run_dir) if run.run_dir else settings.RUN_ROOT / f"run-{run.pk}"
     return JobSpec(
@@ -79,13 +75,9 @@ def job_spec(run: Run) -> JobSpec:
         account=str(resources.get("account", "")),
         qos=str(resources.get("qos", "")),
         time_limit=str(resources.get("time_limit") or settings.SLURM_TIME_LIMIT),
-        nodes=plan.slurm.nodes if plan else 1,
-        gpus_per_node=plan.slurm.gpus_per_node if plan else 0,
-        cpus_per_task=plan.slurm.cpus_per_task if plan else 1,
         mem_gb=int(resources.get("mem_gb") or (plan.slurm.mem_gb if plan else 0) or 4),
-        cuda_visible_devices=devices,
-        memory_fractions=fractions,
         zoo_dir=settings.ZOO_DIR,
+        **placement_fields(plan, slurm=run.backend == "slurm"),
     )
 
 
@@ -121,13 +113,20 @@ def status_apply(run: Run, status: JobStatus) -> bool:
     facts: dict[str, object] = {}
     if status.node:
         facts["node"] = status.node[:255]
+    nodes = worker_nodes(run)
+    if nodes and nodes != run.worker_nodes:
+        facts["worker_nodes"] = nodes
     if status.exit_code is not None:
         facts["exit_code"] = status.exit_code
     if status.state == Run.State.FAILED:
         reason = status.reason or "the job failed"
+        log_text = log_tail(job_spec(run).log_path, 16384)
+        lost = failed_workers(log_text, run.policy_names)
+        if lost:
+            reason = "; ".join(lost) + f" ({reason})"  # which worker, where: first
         if run.failure_reason and run.failure_reason not in reason:
             reason = f"{run.failure_reason}\n{reason}"  # the trainer's own words first
-        tail = last_words(log_tail(job_spec(run).log_path, 16384))
+        tail = last_words(log_text)
         facts["failure_reason"] = (reason + ("\n" + "\n".join(tail) if tail else ""))[:4000]
     if status.state == run.state:
         if facts and any(getattr(run, k) != v for k, v in facts.items()):
@@ -138,6 +137,60 @@ def status_apply(run: Run, status: JobStatus) -> bool:
     except services.TransitionError:
         log.warning("run %s: ignoring %s -> %s", run.pk, run.state, status.state)
         return False
+
+
+def worker_nodes(run: Run) -> dict[str, str]:
+    """policy -> node, from the records the run's workers wrote in its run directory
+    (:func:`trainer.rendezvous.write_worker_record`); empty when none has started."""
+    try:
+        run_dir = job_spec(run).run_dir
+    except JobSpecError:
+        return {}
+    records = read_worker_records(run_dir)
+    return {name: str(record.get("node", ""))[:255] for name, record in records.items()}
+
+
+SRUN_TASK_FAILURE = re.compile(
+    r"^srun: error: (?P<node>[A-Za-z0-9_.-]+): tasks? (?P<tasks>[0-9,\-]+): (?P<what>.+)$"
+)
+"""srun's line for tasks that ended badly: ``srun: error: node2: task 1: Killed`` or
+``srun: error: node1: tasks 0-1: Exited with exit code 1``."""
+
+
+def failed_workers(log: str, policy_names: list[str]) -> list[str]:
+    """Which workers srun saw end badly, by policy, rank and node, from the job log:
+    ``["worker of policy 'b' (rank 1) on node node2: Killed"]``, in the order srun
+    reported them; empty when srun reported none (one-task jobs, the local backend).
+    Ranks are pool indices (one srun task per policy, in pool order).
+
+    The workers srun itself stopped after the first failure (``--kill-on-bad-exit``:
+    "Terminated") are left out when another worker's end is reported: that one is the
+    cause."""
+    found: list[tuple[str, str]] = []
+    for line in log.splitlines():
+        match = SRUN_TASK_FAILURE.match(line.strip())
+        if match is None:
+            continue
+        what = match["what"].strip()
+        for rank in _task_ranks(match["tasks"]):
+            who = f"rank {rank} (not in the pool)"
+            if 0 <= rank < len(policy_names):
+                who = f"policy {policy_names[rank]!r} (rank {rank})"
+            text = f"worker of {who} on node {match['node']}: {what}"
+            if all(text != seen for seen, _ in found):
+                found.append((text, what))
+    causes = [text for text, what in found if what != "Terminated"]
+    return causes or [text for text, _ in found]
+
+
+def _task_ranks(tasks: str) -> list[int]:
+    """srun's task list (``1``, ``0-2``, ``0,3``) as ranks."""
+    ranks: list[int] = []
+    for part in tasks.split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            ranks += range(int(first), int(last or first) + 1)
+    return ranks
 
 
 def last_words(log: str, lines: int = 5) -> list[str]:

@@ -85,16 +85,21 @@ def load_causal_lm(
     path: Path, dtype: str = "float32", device: str | torch.device = "cpu"
 ) -> PreTrainedModel:
     """The causal LM at ``path`` in ``dtype`` ("float32", "bfloat16" or "float16"), on
-    ``device`` (loaded on the CPU, then moved: a no-op on the CPU).
+    ``device`` (loaded on the CPU, then moved: a no-op on the CPU), without transformers'
+    progress bar.
 
     The weights themselves are in ``dtype``: right for inference (the evaluator). A
     training :class:`~trainer.policy.Policy` loads float32 master weights whatever its
     ``dtype`` and uses ``dtype`` as the autocast compute dtype only."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
     if dtype not in DTYPES:
         raise ModelSourceError(f"unknown dtype {dtype!r}; use one of {DTYPES}")
+    # No "Loading weights" bar: in a job's log it is noise, and it would be the last words
+    # a failed run's reason quotes.
+    hf_logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=getattr(torch, dtype), local_files_only=True
     )

@@ -15,7 +15,9 @@ worker's environment::
 
 The rules, in order:
 
-1. No GPUs: every worker runs on the CPU (``CUDA_VISIBLE_DEVICES=""``).
+1. No GPUs: every worker runs on the CPU (``CUDA_VISIBLE_DEVICES=""``), on one node unless
+   ``nodes`` asks for more; then the policies go largest first to the node with the
+   fewest parameters so far (every node gets at least one).
 2. The GPUs are spread evenly over ``ceil(gpus / gpus_per_node)`` nodes (Slurm's
    ``--gres=gpu:N`` is per node). A policy never spans nodes.
 3. A policy with an explicit ``device_share`` gets exactly that: a whole number of
@@ -77,8 +79,9 @@ class PolicyDemand:
 class PolicyPlacement:
     """Where one policy's worker runs.
 
-    ``node`` is the node's index within the job's allocation (``srun --relative``), None
-    on the CPU; ``devices`` are local device indices on that node; ``memory_fraction`` is
+    ``node`` is the node's index within the job's allocation (the order of ``scontrol show
+    hostnames $SLURM_JOB_NODELIST``), None for a one-node CPU job; ``devices`` are local
+    device indices on that node; ``memory_fraction`` is
     the share of each of those devices' memory the worker may use (1.0 when it has them to
     itself, None on the CPU).
     """
@@ -238,15 +241,15 @@ def plan_placement(
     """Place ``policies`` (pool order) on ``gpus`` GPUs of nodes with ``gpus_per_node`` each.
 
     ``gpus_per_node`` defaults to ``gpus`` (one node); ``nodes`` defaults to the fewest
-    that hold ``gpus``; ``max_nodes`` is the partition's node count. ``cpus_per_gpu`` or
-    ``cpus`` (for the whole job) and ``mem_gb`` (per node) only shape the Slurm request.
-    Raises :class:`PlacementError` for an impossible request.
+    that hold ``gpus`` (one for a CPU job); ``max_nodes`` is the partition's node count.
+    ``cpus_per_gpu`` or ``cpus`` (for the whole job) and ``mem_gb`` (per node) only shape
+    the Slurm request. Raises :class:`PlacementError` for an impossible request.
     """
     _check_policies(policies)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
         raise PlacementError(f"gpus must be a whole number >= 0; got {gpus!r}", path="gpus")
     if gpus == 0:
-        return _cpu_plan(policies, cpus=cpus, mem_gb=mem_gb)
+        return _cpu_plan(policies, cpus=cpus, mem_gb=mem_gb, nodes=nodes, max_nodes=max_nodes)
 
     node_count, per_node = _node_layout(gpus, gpus_per_node, nodes, max_nodes)
     if len(policies) < node_count:
@@ -322,23 +325,70 @@ def _check_policies(policies: Sequence[PolicyDemand]) -> None:
 
 
 def _cpu_plan(
-    policies: Sequence[PolicyDemand], *, cpus: int | None, mem_gb: int | None
+    policies: Sequence[PolicyDemand],
+    *,
+    cpus: int | None,
+    mem_gb: int | None,
+    nodes: int | None = None,
+    max_nodes: int | None = None,
 ) -> PlacementPlan:
+    node_count = 1 if nodes is None else nodes
+    if isinstance(node_count, bool) or not isinstance(node_count, int) or node_count < 1:
+        raise PlacementError(f"nodes must be a whole number >= 1; got {nodes!r}", path="nodes")
+    if max_nodes is not None and node_count > max_nodes:
+        raise PlacementError(
+            f"more nodes than the partition has: {node_count} requested, the partition has "
+            f"{max_nodes}; request at most {max_nodes} or choose another partition",
+            path="nodes",
+        )
+    if node_count > len(policies):
+        raise PlacementError(
+            f"{node_count} nodes for {len(policies)} policies: a policy never spans nodes, so "
+            f"request at most {len(policies)} node(s) or add policies",
+            path="nodes",
+        )
+    nodes_of = _spread_over_nodes(policies, node_count) if node_count > 1 else None
     placements = tuple(
-        PolicyPlacement(policy.name, policy.parameter_count, None, (), None) for policy in policies
+        PolicyPlacement(
+            policy.name,
+            policy.parameter_count,
+            None if nodes_of is None else nodes_of[index],
+            (),
+            None,
+        )
+        for index, policy in enumerate(policies)
     )
     notes = ["no GPUs requested: every worker runs on the CPU"]
+    if node_count > 1:
+        notes.append(f"the workers are spread over {node_count} nodes by parameter count")
     if any(policy.device_share is not None for policy in policies):
         notes.append("device_share is ignored on the CPU")
+    tasks_per_node = tuple(
+        sum(1 for placement in placements if (placement.node or 0) == node)
+        for node in range(node_count)
+    )
     slurm = SlurmRequest(
-        nodes=1,
+        nodes=node_count,
         gpus_per_node=0,
         ntasks=len(policies),
-        tasks_per_node=(len(policies),),
+        tasks_per_node=tasks_per_node,
         cpus_per_task=max(1, (cpus or len(policies)) // len(policies)),
         mem_gb=mem_gb,
     )
     return PlacementPlan("cpu", "cpu", 0, placements, slurm, tuple(notes))
+
+
+def _spread_over_nodes(policies: Sequence[PolicyDemand], node_count: int) -> list[int]:
+    """Each policy's node: largest first (pool order on ties) to the node holding the
+    fewest parameters so far (the lowest index on ties), so every node gets one."""
+    load = [0] * node_count
+    nodes_of = [0] * len(policies)
+    order = sorted(range(len(policies)), key=lambda i: (-policies[i].parameter_count, i))
+    for index in order:
+        node = min(range(node_count), key=lambda k: (load[k], k))
+        load[node] += policies[index].parameter_count
+        nodes_of[index] = node
+    return nodes_of
 
 
 def _node_layout(

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from trainer import devices
+from trainer import devices, rendezvous
 from trainer import metrics as m
 from trainer.checkpoint import (
     REFERENCE_FILE,
@@ -262,8 +262,14 @@ def run_worker(
     apply_device_plan(rank)
     runtime = TorchCuda() if runtime is None else runtime
     worker = place_worker(rank, options, runtime)
+    record = rendezvous.worker_record(config.pool[rank].name, rank, str(worker.device), os.environ)
+    rendezvous.write_worker_record(options.run_dir, record)
+    log.info("%s (rank %d) runs on node %s", record["policy"], rank, record["node"])
     signal.signal(STOP_SIGNAL, _request_stop)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    if world_size > 1:
+        # Peers on other nodes must reach this one: bind gloo to the route to rank 0.
+        rendezvous.choose_gloo_interface(os.environ)
     if not dist.is_initialized():
         dist.init_process_group(
             "gloo", rank=rank, world_size=world_size, timeout=timedelta(minutes=30)

@@ -16,6 +16,7 @@ from scheduler.jobs import (
     JobSpec,
     JobSpecError,
     memory_fraction_text,
+    placement_fields,
     placement_json,
     render_eval_script,
     render_script,
@@ -37,16 +38,8 @@ def plan_spec(plan: PlacementPlan, **overrides: Any) -> JobSpec:
     """The spec ``run_job.job_spec`` makes of ``plan`` (without a run)."""
     fields: dict[str, Any] = {
         "n_policies": len(plan.policies),
-        "nodes": plan.slurm.nodes,
-        "gpus_per_node": plan.slurm.gpus_per_node,
-        "cpus_per_task": plan.slurm.cpus_per_task,
         "mem_gb": plan.slurm.mem_gb or 4,
-        "cuda_visible_devices": tuple(p.cuda_visible_devices for p in plan.policies)
-        if plan.device != "cpu"
-        else (),
-        "memory_fractions": tuple(memory_fraction_text(p.memory_fraction) for p in plan.policies)
-        if plan.device != "cpu"
-        else (),
+        **placement_fields(plan),
     }
     fields.update(overrides)
     return spec(**fields)

@@ -42,9 +42,11 @@ def test_two_nodes_with_cpus_per_gpu_and_memory() -> None:
         mem_gb=64,
     )
 
+    # Every node has room for the busiest node's 2 tasks; the step places the 3 ranks.
     assert sbatch_args(plan.slurm) == [
         "--nodes=2",
-        "--ntasks=3",
+        "--ntasks=4",
+        "--ntasks-per-node=2",
         "--gres=gpu:4",
         "--cpus-per-task=8",
         "--mem=64G",
@@ -56,7 +58,13 @@ def test_it_reads_the_request_alone() -> None:
         nodes=3, gpus_per_node=2, ntasks=5, tasks_per_node=(2, 2, 1), cpus_per_task=6, mem_gb=0
     )
 
-    assert sbatch_args(request) == ["--nodes=3", "--ntasks=5", "--gres=gpu:2", "--cpus-per-task=6"]
+    assert sbatch_args(request) == [
+        "--nodes=3",
+        "--ntasks=6",
+        "--ntasks-per-node=2",
+        "--gres=gpu:2",
+        "--cpus-per-task=6",
+    ]
 
 
 def test_the_stored_plan_carries_its_sbatch_arguments_and_reads_back() -> None:

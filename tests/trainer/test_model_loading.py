@@ -136,3 +136,17 @@ def test_the_error_type_and_zoo_ids_import_without_torch() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_loading_a_model_draws_no_progress_bar_into_the_job_log(zoo_dir: Path) -> None:
+    # A fresh process: transformers draws its "Loading weights" bar by default, and a
+    # job's log (whose last lines a failed run's reason quotes) would carry it.
+    code = (
+        "from pathlib import Path; from trainer.models import load_causal_lm; "
+        f"load_causal_lm(Path({str(zoo_dir / 'tiny-gpt2-unigram')!r})); print('loaded')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "loaded"
+    assert "Loading weights" not in done.stderr, done.stderr[-500:]

@@ -162,6 +162,119 @@ def test_the_plan_round_trips_through_json() -> None:
     assert data["slurm"]["mem_gb"] == 32
 
 
+# --- CPU pools over several nodes (issue 22) -------------------------------------------------
+def _nodes_of(plan: PlacementPlan) -> dict[str, int | None]:
+    return {p.name: p.node for p in plan.policies}
+
+
+def test_cpu_policies_go_largest_first_to_the_lightest_node() -> None:
+    # a (5) opens node 0; b (3) goes to the empty node 1; c (3) to node 1 (3 < 5);
+    # d (2) to node 0 (5 < 6). Pool order is kept in the plan.
+    policies = [
+        PolicyDemand("d", 2),
+        PolicyDemand("c", 3),
+        PolicyDemand("a", 5),
+        PolicyDemand("b", 3),
+    ]
+    plan = plan_placement(policies, gpus=0, nodes=2)
+
+    assert [p.name for p in plan.policies] == ["d", "c", "a", "b"]
+    assert _nodes_of(plan) == {"a": 0, "b": 1, "c": 1, "d": 0}
+    assert plan.device == "cpu" and plan.mode == "cpu"
+    assert all(p.devices == () and p.memory_fraction is None for p in plan.policies)
+    assert (plan.slurm.nodes, plan.slurm.ntasks, plan.slurm.tasks_per_node) == (2, 4, (2, 2))
+    assert plan.slurm.gres is None
+    assert "the workers are spread over 2 nodes by parameter count" in plan.notes
+
+
+def test_equal_policies_fill_nodes_in_pool_order_and_ties_go_to_the_lowest_node() -> None:
+    # All loads equal at each tie: x -> 0, y -> 1, then z to the lowest of the two equal
+    # nodes, 0.
+    plan = plan_placement([PolicyDemand(n, 1) for n in "xyz"], gpus=0, nodes=2)
+
+    assert _nodes_of(plan) == {"x": 0, "y": 1, "z": 0}
+    assert plan.slurm.tasks_per_node == (2, 1)
+
+
+def test_among_equal_sizes_the_earlier_policy_is_placed_first() -> None:
+    # q (5) takes node 0; p and r (1 each) then go in pool order: p to the empty node 1,
+    # r to node 1 as well (1 < 5).
+    plan = plan_placement(
+        [PolicyDemand("p", 1), PolicyDemand("q", 5), PolicyDemand("r", 1)], gpus=0, nodes=2
+    )
+
+    assert _nodes_of(plan) == {"p": 1, "q": 0, "r": 1}
+    assert plan.slurm.tasks_per_node == (1, 2)
+
+
+def test_every_node_gets_a_worker_even_beside_a_huge_policy() -> None:
+    plan = plan_placement(
+        [PolicyDemand("huge", 100 * B), PolicyDemand("s1", 1), PolicyDemand("s2", 1)],
+        gpus=0,
+        nodes=3,
+    )
+
+    assert _nodes_of(plan) == {"huge": 0, "s1": 1, "s2": 2}
+    assert plan.slurm.tasks_per_node == (1, 1, 1)
+
+
+def test_a_one_node_cpu_plan_has_no_node_indices_and_one_task_count() -> None:
+    for nodes in (None, 1):
+        plan = plan_placement([PolicyDemand("a", 2), PolicyDemand("b", 1)], gpus=0, nodes=nodes)
+
+        assert _nodes_of(plan) == {"a": None, "b": None}
+        assert (plan.slurm.nodes, plan.slurm.tasks_per_node) == (1, (2,))
+        assert not any("spread over" in note for note in plan.notes)
+
+
+def test_cpus_per_task_of_a_multinode_cpu_plan_divide_the_jobs_cpus() -> None:
+    plan = plan_placement(
+        [PolicyDemand(n, 1) for n in "abcd"], gpus=0, nodes=2, cpus=8, mem_gb=16, max_nodes=2
+    )
+
+    assert (plan.slurm.cpus_per_task, plan.slurm.mem_gb) == (2, 16)
+
+
+def test_a_multinode_cpu_plan_round_trips_through_json() -> None:
+    plan = plan_placement(
+        [PolicyDemand("a", 5), PolicyDemand("b", 3), PolicyDemand("c", 3)], gpus=0, nodes=2
+    )
+    data = json.loads(json.dumps(plan.to_dict()))
+
+    assert PlacementPlan.from_dict(data) == plan
+    assert [item["node"] for item in data["policies"]] == [0, 1, 1]
+    assert data["slurm"]["tasks_per_node"] == [1, 2]
+    assert data["slurm"]["nodes"] == 2 and data["slurm"]["gres"] is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"nodes": 3}, "3 nodes for 2 policies: a policy never spans nodes, so request at most 2"),
+        ({"nodes": 2, "max_nodes": 1}, "more nodes than the partition has: 2 requested, the "),
+        ({"nodes": 0}, "nodes must be a whole number >= 1; got 0"),
+        ({"nodes": -2}, "nodes must be a whole number >= 1; got -2"),
+    ],
+)
+def test_impossible_cpu_node_counts_are_refused_on_nodes(
+    kwargs: dict[str, int], fragment: str
+) -> None:
+    with pytest.raises(PlacementError) as caught:
+        plan_placement([PolicyDemand("a", 1), PolicyDemand("b", 1)], gpus=0, **kwargs)
+
+    assert caught.value.path == "nodes"
+    assert fragment in caught.value.message
+
+
+def test_the_partitions_node_count_is_checked_before_the_pools_size() -> None:
+    # 3 nodes for 2 policies on a partition of 2: the partition's limit is the message.
+    with pytest.raises(PlacementError) as caught:
+        plan_placement([PolicyDemand("a", 1), PolicyDemand("b", 1)], gpus=0, nodes=3, max_nodes=2)
+
+    assert caught.value.path == "nodes"
+    assert "request at most 2 or choose another partition" in caught.value.message
+
+
 # --- impossible requests -------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("kwargs", "path", "fragment"),

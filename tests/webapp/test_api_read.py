@@ -358,6 +358,7 @@ def test_status_reports_the_run(client: Client, alice: User, run: Run, token: st
         "backend",
         "slurm_job_id",
         "node",
+        "worker_nodes",
         "exit_code",
         "failure_reason",
         "has_token",

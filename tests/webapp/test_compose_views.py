@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -137,6 +138,51 @@ def test_save_creates_the_experiment_with_csrf_enforced(lab: Lab, alice: User) -
     page = client.get(experiment.get_absolute_url()).content.decode()
     assert f'<code data-testid="plan-slurm">{" ".join(sbatch)}</code>' in page
     assert {tag.name for tag in experiment.tags.all()} == {"sgt", "pilot"}
+
+
+def test_a_two_node_cpu_experiment_stores_and_shows_its_nodes(
+    lab: Lab, alice: User, settings: Any
+) -> None:
+    settings.EXECUTOR = "slurm"
+    settings.PARTITIONS = {
+        **settings.PARTITIONS,
+        "multinode": {"nodes": 2, "gpus_per_node": 0, "cpus_per_node": 2, "mem_gb_per_node": 8},
+    }
+    client = logged_in(alice)
+    data = sgt_data(ExperimentComposer(lab=lab))
+    data.update(
+        {
+            "action": "save",
+            "resources-backend": "slurm",
+            "resources-partition": "multinode",
+            "resources-nodes": "2",
+        }
+    )
+
+    response = client.post(reverse("experiments:experiment_create"), data)
+
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    experiment = Experiment.objects.get()
+    placement = experiment.resources["placement"]
+    # The empty zoo weighs every policy 1: llama opens node 0, qwen node 1, gpt2 node 0.
+    assert [(p["name"], p["node"]) for p in placement["policies"]] == [
+        ("llama", 0),
+        ("qwen", 1),
+        ("gpt2", 0),
+    ]
+    assert placement["slurm"]["nodes"] == 2 and placement["slurm"]["tasks_per_node"] == [2, 1]
+    assert placement["slurm"]["sbatch_args"][:3] == [
+        "--nodes=2",
+        "--ntasks=4",
+        "--ntasks-per-node=2",
+    ]
+    page = client.get(experiment.get_absolute_url()).content.decode()
+    rows = re.findall(
+        r'<tr data-testid="experiment-plan-row">\s*<th scope="row">(\w+)</th>\s*'
+        r"<td>[^<]*</td>\s*<td>([^<]*)</td>",
+        page,
+    )
+    assert rows == [("llama", "node 0"), ("qwen", "node 1"), ("gpt2", "node 0")]
 
 
 def test_a_post_without_the_csrf_token_is_refused(lab: Lab, alice: User) -> None:

@@ -586,6 +586,88 @@ def test_cpus_and_memory_beyond_a_node_are_refused(lab: Lab) -> None:
     assert composer.resources.errors["mem_gb"][0].startswith("more memory than a node has")
 
 
+MULTINODE = {"nodes": 2, "gpus_per_node": 0, "cpus_per_node": 2, "mem_gb_per_node": 8}
+
+
+@pytest.fixture
+def multinode(settings: Any) -> None:
+    settings.PARTITIONS = {**settings.PARTITIONS, "multinode": MULTINODE}
+
+
+ON_MULTINODE = {"resources-backend": "slurm", "resources-partition": "multinode"}
+
+
+def test_several_nodes_on_the_local_partition_are_refused(lab: Lab) -> None:
+    composer = bound(lab, {"resources-nodes": "2"})  # backend and partition "local"
+
+    assert not composer.is_valid()
+    # One message, the one that says what to do (not also the partition's capacity).
+    assert composer.resources.errors["nodes"] == [
+        "the local backend runs on this machine, one node: leave nodes empty, or choose "
+        "backend 'slurm' and a partition with several nodes"
+    ]
+
+
+def test_several_nodes_on_the_local_backend_are_refused(lab: Lab, multinode: None) -> None:
+    composer = bound(lab, {"resources-partition": "multinode", "resources-nodes": "2"})
+
+    assert not composer.is_valid()
+    assert composer.resources.errors["nodes"] == [
+        "the local backend runs on this machine, one node: leave nodes empty, or choose "
+        "backend 'slurm' and a partition with several nodes"
+    ]
+
+
+def test_one_node_or_none_on_the_local_backend_passes(lab: Lab) -> None:
+    for nodes in ("", "1"):
+        composer = bound(lab, {"resources-nodes": nodes})
+
+        assert composer.is_valid(), composer.has_errors()
+        assert composer.plan is not None and composer.plan.slurm.nodes == 1
+
+
+def test_more_nodes_than_the_partition_has_are_refused(lab: Lab, multinode: None) -> None:
+    composer = bound(lab, {**ON_MULTINODE, "resources-nodes": "3"})
+
+    assert not composer.is_valid()
+    assert composer.resources.errors["nodes"] == [
+        "more nodes than the partition has: 'multinode' has 2; request at most 2 or choose "
+        "another partition"
+    ]
+
+
+def test_a_two_node_cpu_job_spreads_the_pool_over_both_nodes(lab: Lab, multinode: None) -> None:
+    # The empty zoo weighs every policy 1: llama opens node 0, qwen node 1, gpt2 node 0.
+    composer = bound(lab, {**ON_MULTINODE, "resources-nodes": "2"})
+
+    assert composer.is_valid(), composer.has_errors()
+    assert composer.plan is not None
+    assert [(p.name, p.node) for p in composer.plan.policies] == [
+        ("llama", 0),
+        ("qwen", 1),
+        ("gpt2", 0),
+    ]
+    assert sbatch_args(composer.plan.slurm)[:3] == [
+        "--nodes=2",
+        "--ntasks=4",
+        "--ntasks-per-node=2",
+    ]
+    resources = composer.save_kwargs()["resources"]
+    assert resources["nodes"] == 2
+    assert [p["node"] for p in resources["placement"]["policies"]] == [0, 1, 0]
+    assert resources["placement"]["slurm"]["tasks_per_node"] == [2, 1]
+
+
+def test_more_nodes_than_policies_are_refused_on_the_nodes_field(lab: Lab, settings: Any) -> None:
+    settings.PARTITIONS = {**settings.PARTITIONS, "multinode": {**MULTINODE, "nodes": 4}}
+    composer = bound(lab, {**ON_MULTINODE, "resources-nodes": "4"})
+
+    assert not composer.is_valid()
+    (message,) = composer.resources.errors["nodes"]
+    assert "4 nodes for 3 policies" in message and "request at most 3 node(s)" in message
+    assert "gpus" not in composer.resources.errors
+
+
 def test_duplicate_policy_names_are_refused(lab: Lab) -> None:
     composer = bound(lab, {"pool-2-name": "llama"})
 

@@ -393,3 +393,29 @@ def test_the_status_api_reports_progress_and_the_timeline(
         ("queued", ""),
         ("running", "step 30/60"),
     ]
+
+
+@pytest.mark.django_db
+def test_the_run_page_and_the_status_api_say_where_each_policy_ran(
+    client: Client, alice: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    (run,) = services.runs_create(make_experiment(seeds=(0,)), state="queued")
+    client.force_login(alice)
+    url = reverse("api:status", args=[run.pk])
+    assert client.get(url).json()["worker_nodes"] == ""
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert '<dd data-field="worker_nodes" data-testid="worker-nodes">\u2013</dd>' in page
+
+    # Recorded out of pool order, with a name the pool does not have: the text follows
+    # the pool (llama, qwen, gpt2) and leaves out what it does not know.
+    Run.objects.filter(pk=run.pk).update(
+        state="running", worker_nodes={"gpt2": "node2", "stray": "x", "qwen": "vm"}
+    )
+
+    assert client.get(url).json()["worker_nodes"] == "qwen on vm, gpt2 on node2"
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "<dt>Policies ran on</dt>" in page
+    assert (
+        '<dd data-field="worker_nodes" data-testid="worker-nodes">qwen on vm, gpt2 on node2</dd>'
+        in page
+    )

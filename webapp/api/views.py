@@ -298,7 +298,8 @@ def _timestamp(run: Run, name: str) -> str | None:
 @login_required_json
 def status(request: HttpRequest, run_id: int) -> HttpResponse:
     """``{"run", "name", "state", "is_terminal", "status_message", "last_step", "backend",
-    "slurm_job_id", "node", "exit_code", "failure_reason", "has_token", "created_at",
+    "slurm_job_id", "node", "worker_nodes" (``"a on node1, b on node2"``), "exit_code",
+    "failure_reason", "has_token", "created_at",
     "queued_at", "submitted_at", "started_at", "finished_at", "updated_at"}`` (ISO 8601 or
     null), the progress: ``"total_steps"``, ``"elapsed_s"`` (the duration once finished),
     ``"eta_s"``, ``"steps_per_s"`` (the last steps' rate; null when unknown),
@@ -315,6 +316,7 @@ def status(request: HttpRequest, run_id: int) -> HttpResponse:
         "backend": run.backend,
         "slurm_job_id": run.slurm_job_id,
         "node": run.node,
+        "worker_nodes": run.worker_nodes_text,
         "exit_code": run.exit_code,
         "failure_reason": run.failure_reason,
         "has_token": bool(run.token_hash),

@@ -250,6 +250,11 @@ class ExperimentComposer:
             if error.path not in config_errors:
                 self._attach(error.path, error.message)
             valid = False
+        else:
+            for path, message in compile_without_gpu(config["pool"], self.plan).items():
+                if path not in config_errors:
+                    self._attach(path, message)
+                    valid = False
         if valid:
             self.config = RunConfig.from_dict(config).to_dict()
         return valid
@@ -279,6 +284,7 @@ class ExperimentComposer:
             demands,
             gpus=resources["gpus"],
             gpus_per_node=gpus_per_node if resources["gpus"] else None,
+            nodes=resources.get("nodes"),
             max_nodes=spec.get("nodes"),
             cpus_per_gpu=resources.get("cpus_per_gpu"),
             cpus=resources.get("cpus"),
@@ -307,7 +313,10 @@ class ExperimentComposer:
         if path.startswith("pool"):
             self.pool._non_form_errors.append(titled)  # type: ignore[union-attr]
             return
-        if path in {"gpus", "gpus_per_node", "nodes"}:
+        if path == "nodes":
+            self.resources.add_error("nodes", message)
+            return
+        if path in {"gpus", "gpus_per_node"}:
             self.resources.add_error("gpus", message)
             return
         head, _, rest = path.partition(".")
@@ -408,6 +417,20 @@ class ExperimentComposer:
             or bool(self.pool.non_form_errors())
             or any(self.pool.errors)
         )
+
+
+def compile_without_gpu(pool: list[dict[str, Any]], plan: PlacementPlan) -> dict[str, str]:
+    """``rollout_compile`` problems of the trainer JSON's ``pool`` under ``plan``, by
+    field path: compiling the decoding forward needs CUDA, and a policy the plan puts on
+    no GPU would be refused when its worker starts (``trainer.policy.RolloutSetupError``)."""
+    problems: dict[str, str] = {}
+    for index, (policy, placement) in enumerate(zip(pool, plan.policies, strict=True)):
+        if policy.get("rollout_compile") and not placement.devices:
+            problems[f"pool[{index}].rollout_compile"] = (
+                "rollout_compile compiles on CUDA only and this policy gets no GPU: "
+                "request GPUs in the resources, or turn rollout_compile off"
+            )
+    return problems
 
 
 # --- initial values -----------------------------------------------------------------------

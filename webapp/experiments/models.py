@@ -224,6 +224,12 @@ class Run(models.Model):
     backend = models.CharField(max_length=16, blank=True, help_text="local or slurm")
     slurm_job_id = models.CharField(max_length=32, blank=True, db_index=True)
     node = models.CharField(max_length=255, blank=True)
+    worker_nodes = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="policy -> the node its worker ran on (the workers' own records in the "
+        "run directory, read by the status sync)",
+    )
     exit_code = models.IntegerField(null=True, blank=True)
     failure_reason = models.TextField(blank=True)
     run_dir = models.CharField(max_length=1000, blank=True)
@@ -254,6 +260,13 @@ class Run(models.Model):
     @property
     def policy_names(self) -> list[str]:
         return [policy.get("name", "?") for policy in self.config.get("pool", [])]
+
+    @property
+    def worker_nodes_text(self) -> str:
+        """Where each policy ran, in pool order: ``"a on node1, b on node2"``; ``""``
+        before any worker has said."""
+        nodes = self.worker_nodes or {}
+        return ", ".join(f"{name} on {nodes[name]}" for name in self.policy_names if name in nodes)
 
 
 class SavedComparison(models.Model):

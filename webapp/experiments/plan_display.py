@@ -23,7 +23,7 @@ MODES = {
     "shared": "shared: the workers share GPUs",
     "mixed": "mixed: some workers share a GPU, some have theirs to themselves",
 }
-RESOURCE_ORDER = (*RESOURCE_FIELDS[:3], "nodes", "gpus_per_node", *RESOURCE_FIELDS[3:])
+RESOURCE_ORDER = (*RESOURCE_FIELDS[:4], "gpus_per_node", *RESOURCE_FIELDS[4:])
 """The compose form's order (a JSONB column keeps keys in its own order)."""
 RESOURCE_LABELS = {"gpus_per_node": "GPUs per node", "partition": "Partition", "nodes": "Nodes"}
 

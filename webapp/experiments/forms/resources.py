@@ -15,7 +15,7 @@ from webapp.experiments.configform import tag_fields
 
 BACKENDS = ("local", "slurm")
 RESOURCE_FIELDS = (
-    *("backend", "partition", "gpus", "cpus_per_gpu", "cpus", "mem_gb"),
+    *("backend", "partition", "gpus", "nodes", "cpus_per_gpu", "cpus", "mem_gb"),
     *("time_limit", "account", "qos"),
 )
 """The resources section's fields, in the form's order (the stored ``resources``)."""
@@ -35,6 +35,13 @@ class ResourcesForm(forms.Form):
         help_text="local: this machine; slurm: a job on the cluster",
     )
     partition = forms.ChoiceField(choices=(), help_text="Where the job runs")
+    nodes = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=64,
+        help_text="Nodes for the job (empty: the fewest that hold the GPUs, one without "
+        "GPUs); MWRA spreads the policies over them, a policy never spans nodes",
+    )
     gpus = forms.IntegerField(
         min_value=0,
         max_value=4096,
@@ -136,7 +143,13 @@ class ResourcesForm(forms.Form):
                     "'local' is this machine, not a Slurm partition: choose a cluster "
                     "partition (settings MRL_PARTITIONS), or backend 'local'",
                 )
-        if partition in self.partitions:
+        if (data.get("nodes") or 1) > 1 and backend == "local":
+            self.add_error(
+                "nodes",
+                "the local backend runs on this machine, one node: leave nodes empty, or "
+                "choose backend 'slurm' and a partition with several nodes",
+            )
+        if partition in self.partitions and "nodes" not in self.errors:
             self._check_capacity(partition, self.partitions[partition], data)
         if data.get("cpus_per_gpu") and data.get("cpus"):
             self.add_error("cpus", "give cpus_per_gpu or cpus, not both")
@@ -147,6 +160,13 @@ class ResourcesForm(forms.Form):
     def _check_capacity(self, partition: str, spec: dict[str, int], data: dict[str, Any]) -> None:
         nodes, per_node = spec.get("nodes", 1), spec.get("gpus_per_node", 0)
         gpus = data.get("gpus")
+        if data.get("nodes") and data["nodes"] > nodes:
+            self.add_error(
+                "nodes",
+                f"more nodes than the partition has: {partition!r} has {nodes}; request at "
+                f"most {nodes} or choose another partition",
+            )
+            return
         if gpus is not None and gpus > nodes * per_node:
             self.add_error(
                 "gpus",
@@ -155,7 +175,7 @@ class ResourcesForm(forms.Form):
                 "choose another partition",
             )
             return
-        job_nodes = math.ceil(gpus / per_node) if gpus and per_node else 1
+        job_nodes = data.get("nodes") or (math.ceil(gpus / per_node) if gpus and per_node else 1)
         gpus_on_node = min(gpus or 0, per_node)
         cpus_per_node = spec.get("cpus_per_node")
         if cpus_per_node and data.get("cpus_per_gpu"):
