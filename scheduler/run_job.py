@@ -163,9 +163,9 @@ def failed_workers(log: str, policy_names: list[str]) -> list[str]:
     reported them; empty when srun reported none (one-task jobs, the local backend).
     Ranks are pool indices (one srun task per policy, in pool order).
 
-    The workers srun itself stopped after the first failure (``--kill-on-bad-exit``:
-    "Terminated") are left out when another worker's end is reported: that one is the
-    cause."""
+    Workers that were "Terminated" are never named: srun stops the others that way after
+    the first failure (``--kill-on-bad-exit``), and Slurm stops them all that way at a
+    cancel or the time limit, where the job's own reason says why."""
     found: list[tuple[str, str]] = []
     for line in log.splitlines():
         match = SRUN_TASK_FAILURE.match(line.strip())
@@ -179,8 +179,7 @@ def failed_workers(log: str, policy_names: list[str]) -> list[str]:
             text = f"worker of {who} on node {match['node']}: {what}"
             if all(text != seen for seen, _ in found):
                 found.append((text, what))
-    causes = [text for text, what in found if what != "Terminated"]
-    return causes or [text for text, _ in found]
+    return [text for text, what in found if what != "Terminated"]
 
 
 def _task_ranks(tasks: str) -> list[int]:

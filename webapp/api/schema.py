@@ -246,9 +246,9 @@ def _reply_schemas(kinds: tuple[str, ...]) -> dict[str, Any]:
             "additionalProperties": False,
             "required": [
                 *("run", "name", "state", "is_terminal", "status_message", "last_step"),
-                *("backend", "slurm_job_id", "node", "exit_code", "failure_reason", "has_token"),
-                *("created_at", "queued_at", "submitted_at", "started_at"),
-                *("finished_at", "updated_at"),
+                *("backend", "slurm_job_id", "node", "worker_nodes", "exit_code"),
+                *("failure_reason", "has_token", "created_at", "queued_at", "submitted_at"),
+                *("started_at", "finished_at", "updated_at"),
                 *("total_steps", "elapsed_s", "eta_s", "steps_per_s", "progress"),
                 *("progress_text", "timeline"),
             ],
@@ -297,7 +297,12 @@ def _reply_schemas(kinds: tuple[str, ...]) -> dict[str, Any]:
                     },
                 },
                 "slurm_job_id": {"type": "string"},
-                "node": {"type": "string"},
+                "node": {"type": "string", "description": "Where the batch script ran"},
+                "worker_nodes": {
+                    "type": "string",
+                    "description": "Where each policy ran, in pool order: 'a on node1, b on "
+                    "node2' (empty before any worker started)",
+                },
                 "exit_code": {"type": ["integer", "null"]},
                 "failure_reason": {"type": "string"},
                 **{
