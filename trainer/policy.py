@@ -80,6 +80,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import inspect
 import math
 import typing
 from collections.abc import Iterator, Sequence
@@ -347,7 +348,7 @@ class Policy:
         at this policy's temperature (the peer's ``mu`` is at the peer's).
         """
         input_ids, attention_mask, response_mask = self._sequences(prompt_ids, response_ids)
-        logp = self._log_probs(self.model, input_ids, attention_mask)
+        logp = self._log_probs(self.model, input_ids, attention_mask, response_mask)
         return [logp[row][response_mask[row].bool()].tolist() for row in range(len(response_ids))]
 
     def validate(self, problems: list[Problem], batch_size: int = 64) -> float:
@@ -437,7 +438,7 @@ class Policy:
             else self._old_logp(batch, input_ids, attention_mask, response_mask)
         )
         ref_logp = (
-            self._log_probs(self.reference, input_ids, attention_mask)
+            self._log_probs(self.reference, input_ids, attention_mask, response_mask)
             if self.grpo.kl_coef > 0 or remix is not None
             else None
         )
@@ -540,7 +541,9 @@ class Policy:
         )
         if missing:
             rows = torch.tensor(missing, dtype=torch.long, device=input_ids.device)
-            old_logp[rows] = self._log_probs(self.model, input_ids[rows], attention_mask[rows])
+            old_logp[rows] = self._log_probs(
+                self.model, input_ids[rows], attention_mask[rows], response_mask[rows]
+            )
         return _scatter_per_token(old_logp, given, response_mask, "old log-probs")
 
     @staticmethod
@@ -594,12 +597,17 @@ class Policy:
                 if share == 0.0:
                     continue
                 logits, targets, width = self._forward(
-                    self.model, input_ids[rows], attention_mask[rows], self.temperature
+                    self.model,
+                    input_ids[rows],
+                    attention_mask[rows],
+                    self.temperature,
+                    first_scored_column(inputs.mask[rows]),
                 )
+                start = width - 1 - targets.shape[1]  # the first column scored
                 out = objective(
                     logp=token_log_probs(logits, targets),
                     entropy=entropy_from_logits(logits),
-                    inputs=inputs.rows(rows, width - 1),
+                    inputs=inputs.rows(rows, width - 1, start=start),
                     settings=settings,
                 )
                 self._backward(out.loss * share)
@@ -645,9 +653,13 @@ class Policy:
         total = 0.0
         for rows in self._micro_batches(aux.attention_mask):
             logits, targets, width = self._forward(
-                self.model, aux.input_ids[rows], aux.attention_mask[rows], 1.0
+                self.model,
+                aux.input_ids[rows],
+                aux.attention_mask[rows],
+                1.0,
+                first_scored_column(aux.response_mask[rows]),
             )
-            mask = aux.response_mask[rows, : width - 1]
+            mask = aux.response_mask[rows, width - 1 - targets.shape[1] : width - 1]
             loss_sum = aux.loss_fn(token_log_probs(logits, targets), mask)
             self._backward(aux.term.coef * loss_sum / total_tokens)
             total += loss_sum.item()
@@ -707,32 +719,49 @@ class Policy:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         temperature: float,
+        first: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Logits ``[n, w-1, V]`` (float32) divided by ``temperature``, predicting
-        ``targets [n, w-1]``; trims padding. Their softmax is the distribution the engine
-        samples from at that temperature (its log-softmax: the tokens' log-probs).
+        """Logits ``[n, w-1-first, V]`` (float32) divided by ``temperature``, predicting
+        ``targets = input_ids[:, first+1:w]``; trims padding. Their softmax is the
+        distribution the engine samples from at that temperature (its log-softmax: the
+        tokens' log-probs).
 
-        Only the model's forward runs under the compute dtype's autocast
-        (:meth:`_autocast`); the logits are cast to float32 before anything else."""
+        ``first`` (:func:`first_scored_column`): the model still reads every position,
+        but its LM head (and everything after it: log-softmax, entropy) runs only from
+        target column ``first`` on, through transformers' ``logits_to_keep``; no prompt
+        position's ``[V]`` logits are made. A model without ``logits_to_keep`` makes all
+        of them (first 0); the caller reads where the targets start from their width:
+        ``width - 1 - targets.shape[1]``. Only the model's forward runs under the
+        compute dtype's autocast (:meth:`_autocast`); the logits are cast to float32
+        before anything else."""
         width = int(attention_mask.sum(dim=1).max())
+        first = first if 0 < first < width - 1 and _keeps_logits(model) else 0
+        extra = {"logits_to_keep": width - first} if first else {}
         with self._autocast(model):
             logits = model(
                 input_ids=input_ids[:, :width],
                 attention_mask=attention_mask[:, :width],
                 use_cache=False,
+                **extra,
             ).logits[:, :-1]
         logits = logits.float()
         if temperature != 1.0:
             logits = logits / temperature
-        return logits, input_ids[:, 1:width], width
+        return logits, input_ids[:, first + 1 : width], width
 
     @torch.no_grad()
     def _log_probs(
-        self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+        self,
+        model: torch.nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Per-token log-probs [N, L-1] of ``input_ids[:, 1:]`` under ``model``'s logits at
         this policy's temperature: the current model (old and behaviour log-probs) and the
-        reference (the KL anchor) alike. A model on another device (the reference under
+        reference (the KL anchor) alike. With ``response_mask`` ([N, L-1]) only the
+        columns from each micro-batch's first response token on are scored (the others
+        stay 0: nothing reads them). A model on another device (the reference under
         ``reference_on_cpu``) gets its inputs there; the log-probs come back to
         ``input_ids``' device."""
         out = torch.zeros(
@@ -742,13 +771,17 @@ class Policy:
         )
         device = _device_of(model)
         for rows in self._micro_batches(attention_mask):
+            first = 0 if response_mask is None else first_scored_column(response_mask[rows])
             logits, targets, width = self._forward(
                 model,
                 input_ids[rows].to(device),
                 attention_mask[rows].to(device),
                 self.temperature,
+                first,
             )
-            out[rows, : width - 1] = token_log_probs(logits, targets).to(out.device)
+            out[rows, width - 1 - targets.shape[1] : width - 1] = token_log_probs(
+                logits, targets
+            ).to(out.device)
         return out
 
 
@@ -897,3 +930,21 @@ def _split_bounds(n: int, parts: int) -> list[tuple[int, int]]:
             bounds.append((start, stop))
         start = stop
     return bounds
+
+
+def first_scored_column(response_mask: torch.Tensor) -> int:
+    """The first target column that any row of ``response_mask`` (``[n, L-1]``) scores:
+    the earliest response token of these rows (right-padded sequences put each row's
+    prompt first); 0 when no row scores any."""
+    columns = response_mask.any(dim=0).nonzero()
+    return int(columns[0]) if len(columns) else 0
+
+
+def _keeps_logits(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward takes transformers' ``logits_to_keep`` (every causal
+    LM of transformers 5 does; a custom model may not: it then makes all logits)."""
+    forward = getattr(model, "forward", None)
+    try:
+        return "logits_to_keep" in inspect.signature(forward).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from trainer import metrics as m
+from trainer import policy as policy_module
 from trainer.config import GRPOConfig, PolicyConfig
 from trainer.core import OBJECTIVES, ObjectiveOutput
-from trainer.policy import AuxTerm, LearnerBatch, Policy
+from trainer.policy import AuxTerm, LearnerBatch, Policy, first_scored_column
 from trainer.tasks import get_reward
 
 PROMPTS = [[1, 5, 6], [1, 7], [1, 8, 9, 10], [1, 11]] * 2
@@ -131,3 +132,44 @@ def test_an_unknown_auxiliary_loss_is_refused_before_any_update(zoo_dir: Path) -
         policy.train_step(_batch(term))
     for name, p in policy.model.named_parameters():
         assert torch.equal(p, before[name]), name
+
+
+# --- only response positions get logits (issue 23) ----------------------------------------
+def test_the_first_scored_column_is_the_earliest_response_token() -> None:
+    mask = torch.tensor([[0, 0, 1, 1, 0], [0, 1, 1, 0, 0], [0, 0, 0, 1, 1]])
+
+    assert first_scored_column(mask) == 1
+    assert first_scored_column(mask[[0, 2]]) == 2
+    assert first_scored_column(torch.zeros(2, 4, dtype=torch.long)) == 0
+
+
+def test_scoring_only_response_positions_gives_the_same_update(
+    zoo_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # KL on (the reference's log-probs are scored the same way) and an aux NLL term.
+    restricted, full = _policy(zoo_dir, kl_coef=0.05), _policy(zoo_dir, kl_coef=0.05)
+    metrics = restricted.train_step(_batch(_nll()))
+    monkeypatch.setattr(policy_module, "first_scored_column", lambda mask: 0)
+    reference = full.train_step(_batch(_nll()))
+
+    assert metrics.keys() == reference.keys()
+    for key, value in reference.items():
+        assert metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    for a, b in zip(restricted.model.parameters(), full.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+
+
+def test_the_lm_head_sees_response_positions_only(zoo_dir: Path) -> None:
+    policy = _policy(zoo_dir, micro_batch_size=8)
+    widths: list[int] = []
+    head = policy.model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda module, args, out: widths.append(args[0].shape[1]))
+    try:
+        policy.train_step(_batch())
+    finally:
+        handle.remove()
+
+    # One micro-batch of the 8 sequences: the longest is 4 + 3 = 7 tokens, the earliest
+    # response token is the 3rd (prompts of 2 tokens): target columns 1..5, plus the last
+    # position the forward cuts off: 6 positions instead of 7.
+    assert widths == [6]

@@ -63,10 +63,10 @@ class ObjectiveInputs:
     replayed: Tensor | None = None
     """``[n]`` bool, ReMix: true on replayed samples."""
 
-    def rows(self, rows: slice, positions: int | None = None) -> ObjectiveInputs:
-        """The inputs of sequences ``rows``, response positions ``[0, positions)`` (all
+    def rows(self, rows: slice, positions: int | None = None, start: int = 0) -> ObjectiveInputs:
+        """The inputs of sequences ``rows``, positions ``[start, positions)`` (to the end
         when None): views of these tensors. ``[n]`` tensors are cut by rows only."""
-        columns = slice(None, positions)
+        columns = slice(start, positions)
 
         def cut(tensor: Tensor | None) -> Tensor | None:
             if tensor is None:
