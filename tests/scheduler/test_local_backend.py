@@ -44,11 +44,16 @@ def wait_state(backend: LocalBackend, job_id: str, spec: JobSpec, state: str) ->
 
 
 def test_a_job_runs_to_completion_with_its_log(tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, 'echo "token=$MRL_INGEST_TOKEN"; sleep 2; exit 0')
+    spec = make_spec(tmp_path, 'echo "token=$MRL_INGEST_TOKEN"; sleep 4; exit 0')
     assert oct(spec.token_path.stat().st_mode & 0o777) == "0o600"
     backend = LocalBackend()
     job_id = backend.submit(spec)
     wait_state(backend, job_id, spec, "running")
+    # "running" may come from the start-up grace, before the script has written its pid
+    # file (a loaded machine, seen in CI): a retried submit adopts the job once it has.
+    deadline = time.monotonic() + 10
+    while backend.find(spec) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert backend.find(spec) == job_id  # a retried submit adopts the running job
     wait_state(backend, job_id, spec, "completed")
     log = log_tail(spec.log_path)
