@@ -80,6 +80,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import inspect
 import math
 import typing
@@ -942,8 +943,14 @@ def first_scored_column(response_mask: torch.Tensor) -> int:
 
 def _keeps_logits(model: torch.nn.Module) -> bool:
     """Whether ``model``'s forward takes transformers' ``logits_to_keep`` (every causal
-    LM of transformers 5 does; a custom model may not: it then makes all logits)."""
-    forward = getattr(model, "forward", None)
+    LM of transformers 5 does; a custom model may not: it then makes all logits). Read
+    once per model class: this runs on every forward."""
+    return _class_keeps_logits(type(model))
+
+
+@functools.cache
+def _class_keeps_logits(model_class: type) -> bool:
+    forward = getattr(model_class, "forward", None)
     try:
         return "logits_to_keep" in inspect.signature(forward).parameters  # type: ignore[arg-type]
     except (TypeError, ValueError):
