@@ -14,8 +14,11 @@ packs. Then, for group_by=regime, all 8 metrics and 4 policies, 500 buckets:
 - in-process: :func:`webapp.compare.selectors.comparison_build` (the SQL and numpy part) and
   the JSON encoding, p50/p95 over ``--reps`` repetitions after a warm-up, for x = step
   and rollouts, smoothing off and on; and the compare page's default of two metrics
-  (val/reward@1, train/reward_mean: 800,000 points); first two cases with no packs yet
-  (read from the points), then the sweep, timed;
+  (val/reward@1, train/reward_mean: 800,000 points). First, before the packing sweep,
+  two cases (8 metrics; 2 metrics) twice, in-process and the first over HTTP: with no
+  rollups (read from the points), then after the rollup sweep (timed) with the last
+  ``--tail`` steps of every series left to the points, as for runs that just finished
+  (the beat rolls up running runs every tick); then the packing sweep, timed;
 - over HTTP: ``GET /api/v1/compare`` through gunicorn (2 sync workers), same cases,
   ``--http-reps`` each, and the summary table of val/reward@1;
 - the PDF export (``/compare/export.pdf``, two columns) and the figure bundle
@@ -39,7 +42,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import free_port, fresh_app_database, percentile, start_server
+from bench.ingest import free_port, fresh_app_database, percentile, rollup_sweep, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 REGIME_SEEDS = {"standalone": 13, "prp": 13, "xgrpo": 12, "sgt": 12}
@@ -176,6 +179,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10, help="in-process repetitions per case")
     parser.add_argument("--http-reps", type=int, default=5, help="HTTP repetitions per case")
     parser.add_argument("--export-reps", type=int, default=2, help="repetitions per export")
+    parser.add_argument(
+        "--tail",
+        type=int,
+        default=100,
+        help="steps of each run left after the last rollup tick (a run that just finished)",
+    )
     args = parser.parse_args()
 
     env = fresh_app_database("compare")
@@ -190,33 +199,46 @@ def main() -> None:
         ("x=rollouts, EMA 0.6", {"x": "rollouts", "smooth": "0.6"}),
     ]
     rows: list[tuple[str, ...]] = []
+    http_rows: list[tuple[str, str]] = []
     page_default = {"x": "step", "smooth": "0.6", "metric": list(METRICS[:2])}
     not_packed = [
-        ("not packed yet: x=step, no smoothing (reads the points)", {"x": "step"}),
-        ("not packed yet: 2 metrics, x=step, EMA 0.6", page_default),
+        ("x=step, no smoothing", {"x": "step"}),
+        ("2 metrics, x=step, EMA 0.6", page_default),
     ]
-    for label, extra in not_packed:
-        builds, encodes, size = in_process(query(run_ids, **extra), args.reps)
-        rows.append((label, ms(builds), ms(encodes), f"{size / 1e6:.1f} MB"))
-        print(rows[-1], flush=True)
-    from webapp.experiments.series_packs import packs_sweep
-
-    started = time.perf_counter()
-    swept, series = packs_sweep(max_runs=len(run_ids))  # what the status sync does
-    print(f"the sync's sweep packed {series:,} series of {swept} runs in "
-          f"{time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
-    for label, extra in [*cases, ("2 metrics (the page's default), x=step, EMA 0.6", page_default)]:
-        builds, encodes, size = in_process(query(run_ids, **extra), args.reps)
-        rows.append((label, ms(builds), ms(encodes), f"{size / 1e6:.1f} MB"))
-        print(rows[-1], flush=True)
-
     port = free_port()
     server = start_server(env, port)
-    http_rows: list[tuple[str, str]] = []
     try:
         session = requests.Session()
         session.cookies.set("sessionid", session_id)
         base = f"http://127.0.0.1:{port}"
+
+        def not_packed_rows(state: str) -> None:
+            for label, extra in not_packed:
+                builds, encodes, size = in_process(query(run_ids, **extra), args.reps)
+                rows.append((f"{state}: {label}", ms(builds), ms(encodes), f"{size / 1e6:.1f} MB"))
+                print(rows[-1], flush=True)
+            params = query(run_ids, x="step")
+            times, _ = over_http(session, f"{base}/api/v1/compare", params, args.http_reps)
+            http_rows.append((f"GET /api/v1/compare, {state}: x=step, no smoothing", ms(times)))
+            print(http_rows[-1], flush=True)
+
+        not_packed_rows("not packed, no rollups (reads the points)")
+        rollup_sweep(run_ids, STEPS - 1, args.tail)
+        not_packed_rows(f"not packed, rolled up but the last {args.tail} steps")
+        from webapp.experiments.series_packs import packs_sweep
+
+        started = time.perf_counter()
+        swept, series = packs_sweep(max_runs=len(run_ids))  # what the status sync does
+        print(f"the sync's sweep packed {series:,} series of {swept} runs in "
+              f"{time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
+        for label, extra in [
+            *cases,
+            ("2 metrics (the page's default), x=step, EMA 0.6", page_default),
+        ]:
+            builds, encodes, size = in_process(query(run_ids, **extra), args.reps)
+            rows.append((label, ms(builds), ms(encodes), f"{size / 1e6:.1f} MB"))
+            print(rows[-1], flush=True)
+
         for label, extra in cases:
             params = query(run_ids, **extra)
             times, _ = over_http(session, f"{base}/api/v1/compare", params, args.http_reps)

@@ -11,8 +11,10 @@ and with ``requests`` from one client, the way the trainer's shipper sends:
    batches again: all duplicates), and reports points/s;
 2. fills one series with 1,000,000 points (one ``generate_series`` statement, then
    ``VACUUM ANALYZE``) and times ``GET .../series?key=big`` (max_points=2000, min/max
-   buckets in SQL) and the live page's incremental ``after_step`` query (the last 100
-   steps), p50/p95 over ``--queries`` requests each; also ``.../keys``.
+   buckets) from the points, then runs the rollup sweep over the run (timed: what the
+   beat's ticks do over a run's life) and times it again from the rollups, and the live
+   page's incremental ``after_step`` query (the last 100 steps), p50/p95 over
+   ``--queries`` requests each; also ``.../keys``.
 
 Prints a markdown table for bench/RESULTS.md.
 """
@@ -183,6 +185,28 @@ def fill_big_series(url: str, run_id: int) -> None:
         conn.execute("VACUUM ANALYZE experiments_metricpoint")
 
 
+def rollup_sweep(run_ids: list[int], last_step: int, tail: int) -> None:
+    """Roll up every series of ``run_ids`` (what the beat's sweep does tick by tick over
+    the runs' lives; timed and printed), then leave each series' steps after ``last_step
+    - tail`` to the points, as if they had come after the last tick: runs that just
+    finished. Needs Django set up on the bench database."""
+    from django.db import connection
+
+    from webapp.experiments.models import MetricSeries
+    from webapp.experiments.series_rollups import run_rollup, watermark_after
+
+    started = time.perf_counter()
+    blocks = sum(run_rollup(run_id) or 0 for run_id in run_ids)
+    print(f"the rollup sweep wrote {blocks:,} blocks of {len(run_ids)} runs in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
+    mark = watermark_after(last_step + 1 - tail)
+    MetricSeries.objects.filter(run_id__in=run_ids, rolled_through__gt=mark).update(
+        rolled_through=mark
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE experiments_seriesrollup")
+
+
 def latencies(session: requests.Session, url: str, params: dict[str, Any], n: int) -> list[float]:
     session.get(url, params=params).raise_for_status()  # warm-up
     times = []
@@ -236,8 +260,30 @@ def main() -> None:
         fill_big_series(url, run.pk)
         reader = requests.Session()
         reader.cookies.set("sessionid", session_id)
+        # Before the beat's rollup sweep has seen it: every point is read.
+        times = latencies(reader, f"{base}/series", {"key": "big"}, args.queries)
+        rows.append(
+            (
+                "series, 1,000,000 points, max_points=2000, not rolled up yet (from the points)",
+                f"p50 {percentile(times, 0.5) * 1000:.0f} ms, "
+                f"p95 {percentile(times, 0.95) * 1000:.0f} ms "
+                f"(mean {statistics.mean(times) * 1000:.0f} ms, n={len(times)})",
+            )
+        )
+        print(rows[-1], flush=True)
+        from webapp.experiments.series_rollups import run_rollup
+
+        started = time.perf_counter()
+        blocks = run_rollup(run.pk)  # what each tick of the beat's sweep does, all at once
+        rows.append(
+            (
+                "rollup sweep of the run (the 1,000,000-point series and the rest)",
+                f"{time.perf_counter() - started:.1f} s, {blocks:,} blocks",
+            )
+        )
+        print(rows[-1], flush=True)
         checks = (
-            ("series, 1,000,000 points, max_points=2000", "series", {"key": "big"}),
+            ("series, 1,000,000 points, max_points=2000 (rollups)", "series", {"key": "big"}),
             (
                 "series, 1,000,000 points, after_step (last 100 steps)",
                 "series",

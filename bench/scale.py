@@ -28,9 +28,12 @@ page after one warm-up, each on a different random run or page where the page ta
 - a 50-run comparison: the compare page and its data request (the page's default of 2
   metrics, and 8 metrics), and the summary table. Most runs are finished: the status
   sync's sweep packs their series (webapp.experiments.series_packs), which comparisons
-  then read. So the two data requests are measured first with no packs (as in the
-  seconds before the sweep reaches a run), then the sweep over every finished run is
-  timed, then everything else runs with packs.
+  then read. So the two data requests are measured first with no packs and no rollups
+  (as if neither sweep had ever run), then again after the rollup sweep (which the beat
+  runs every tick over running runs; timed) with the last ``ROLLUP_TAIL`` steps of
+  every series left to the points (the seconds before the packing sweep reaches a run
+  that just finished), then the packing sweep over every finished run is timed, then
+  everything else runs with packs.
 
 Also: database size, total and per million points. Prints markdown for bench/RESULTS.md.
 """
@@ -53,11 +56,19 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import database_url, free_port, fresh_app_database, percentile, start_server
+from bench.ingest import (
+    database_url,
+    free_port,
+    fresh_app_database,
+    percentile,
+    rollup_sweep,
+    start_server,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 USERS = 20
 EXPERIMENTS = 100
+ROLLUP_TAIL = 100  # steps of a run after the beat's last rollup tick
 SEEDS = 5
 POLICIES = ("llama", "qwen", "gpt2", "phi")
 REGIMES = ("standalone", "prp", "xgrpo", "sgt")
@@ -218,6 +229,15 @@ def packs_forget(url: str) -> None:
         conn.execute("UPDATE experiments_run SET series_packed = false WHERE series_packed")
 
 
+def rollups_forget(url: str) -> None:
+    """No rollups: as if the beat's rollup sweep had never run."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE experiments_seriesrollup")
+        conn.execute(
+            "UPDATE experiments_metricseries SET rolled_through = -1 WHERE rolled_through >= 0"
+        )
+
+
 def sweep_timed(url: str) -> tuple[int, int, float]:
     """Forget every pack, then pack every finished run as the status sync's sweep does;
     (runs, series, seconds)."""
@@ -366,6 +386,7 @@ def main() -> None:
         django.setup()
         print(f"reusing {POINTS:,} points", flush=True)
         packs_forget(url)  # the first comparisons are measured without packs
+        rollups_forget(url)  # ... and without rollups
     else:
         env = fresh_app_database("scale")
         fill(url, build_lab())
@@ -384,8 +405,13 @@ def main() -> None:
         session.cookies.set("sessionid", session_for("user00"))
         base = f"http://127.0.0.1:{port}"
         unpacked, packed = cases(run_ids, sharing_run_ids, experiment_ids)
-        for index, (label, make) in enumerate([*unpacked, *packed]):
-            if index == len(unpacked):  # the status sync's sweep, timed from no packs
+        rolled = [(f"{label}, rolled up but the last {ROLLUP_TAIL} steps", make)
+                  for label, make in unpacked]  # fmt: skip
+        measured = [*unpacked, *rolled, *packed]
+        for index, (label, make) in enumerate(measured):
+            if index == len(unpacked):  # the beat's rollup sweep, over the runs' lives
+                rollup_sweep(run_ids, STEPS - 1, ROLLUP_TAIL)
+            if index == len(unpacked) + len(rolled):  # the packing sweep, from no packs
                 swept_runs, swept_series, sweep_seconds = sweep_timed(url)
             times, size = timed(session, base, make, args.reps)
             p50, p95 = percentile(times, 0.5) * 1000, percentile(times, 0.95) * 1000
@@ -402,6 +428,10 @@ def main() -> None:
             "SELECT count(*), pg_total_relation_size('experiments_seriespack') "
             "FROM experiments_seriespack"
         ).fetchone()
+        rollups, rollup_bytes = conn.execute(
+            "SELECT count(*), pg_total_relation_size('experiments_seriesrollup') "
+            "FROM experiments_seriesrollup"
+        ).fetchone()
     print(f"\n{len(run_ids)} runs, {USERS} users, {points:,} points, "
           f"{db['n_events']:,} transfer events; {args.reps} requests per row\n")  # fmt: skip
     print("| page / request | p50 ms | p95 ms | reply |")
@@ -415,7 +445,8 @@ def main() -> None:
         f"{db['points_heap'] / 2**30:.2f} GiB + index {db['points_index'] / 2**30:.2f} GiB "
         f"= {per_million / 2**20:.1f} MiB per million points; transfer events "
         f"{db['events'] / 2**20:.0f} MiB; series packs of every finished run: {packs:,} "
-        f"({pack_bytes / 2**20:.0f} MiB)"
+        f"({pack_bytes / 2**20:.0f} MiB); rollup blocks: {rollups:,} "
+        f"({rollup_bytes / 2**20:.0f} MiB, {rollup_bytes / points:.1f} bytes a point)"
     )
     print(
         f"The sync's packing sweep over every finished run, from no packs: {swept_runs} runs, "

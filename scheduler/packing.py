@@ -1,6 +1,7 @@
-"""Packing finished runs' series for comparisons: the service behind beat's
+"""Rolling up and packing runs' series for reads: the service behind beat's
 ``series_pack`` task (:data:`scheduler.dispatch.SERIES_PACK`), on its own tick, apart
-from the status sync."""
+from the status sync. Each tick first rolls up the runs not packed yet (running ones
+too: :mod:`webapp.experiments.series_rollups`), then packs a few finished ones."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 from django.conf import settings
 from django.db import DatabaseError
 
-from webapp.experiments import series_packs
+from webapp.experiments import series_packs, series_rollups
 
 log = logging.getLogger(__name__)
 
@@ -26,4 +27,20 @@ def pack_finished_runs() -> int:
         return 0
     if runs:
         log.info("packed %d series of %d finished runs", series, runs)
+    return runs
+
+
+def roll_up_runs() -> int:
+    """Roll up the series of the runs not packed yet (``ROLLUP_RUNS_PER_SYNC``;
+    :func:`webapp.experiments.series_rollups.rollups_sweep`), so that long series and
+    comparisons of running or just-finished runs read block summaries. A read cache: a
+    failure is logged, the next tick tries again, readers read the points meanwhile.
+    The number of runs rolled up."""
+    try:
+        runs, blocks = series_rollups.rollups_sweep(settings.ROLLUP_RUNS_PER_SYNC)
+    except DatabaseError as exc:
+        log.warning("rolling up runs' series failed: %s", exc)
+        return 0
+    if blocks:
+        log.info("rolled up %d runs (%d blocks)", runs, blocks)
     return runs

@@ -80,7 +80,9 @@ def runs_sync() -> dict[str, int]:
 
 @shared_task(name=dispatch.SERIES_PACK)
 def series_pack() -> int:
-    """Beat: pack the series of a few finished runs for comparisons; how many runs."""
+    """Beat: roll up the series of the runs not packed yet, then pack the series of a
+    few finished runs for comparisons; how many runs were packed."""
+    packing.roll_up_runs()
     return packing.pack_finished_runs()
 
 

@@ -16,7 +16,7 @@ The variables, grouped by integration:
 - Runs: ``MRL_RUN_ROOT`` (where run directories live), ``MRL_EXECUTOR`` (``local`` or
   ``slurm``); recovery: ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
   ``MRL_FORGOTTEN_GRACE_SECONDS``, ``MRL_TIME_LIMIT_RESUMES``; comparisons' read cache:
-  ``MRL_SERIES_PACK_SECONDS``, ``MRL_PACK_RUNS_PER_SYNC``.
+  ``MRL_SERIES_PACK_SECONDS``, ``MRL_PACK_RUNS_PER_SYNC``, ``MRL_ROLLUP_RUNS_PER_SYNC``.
 - Task data: ``MRL_TASK_DATA_DIRS`` (where file tasks' train/val files may live).
 - Slurm defaults for submitted jobs: ``SLURM_PARTITION``, ``SLURM_ACCOUNT``,
   ``SLURM_QOS``, ``SLURM_TIME_LIMIT``, ``SLURM_GPUS_PER_NODE``.
@@ -325,6 +325,10 @@ SCHEDULER_TIME_LIMIT_RESUMES = env.int("MRL_TIME_LIMIT_RESUMES", default=3)
 # this many finished runs whose series are not all packed yet
 # (webapp/experiments/series_packs.py): a read cache for comparisons.
 PACK_RUNS_PER_SYNC = env.int("MRL_PACK_RUNS_PER_SYNC", default=10)
+# Before packing, each tick rolls up the series of at most this many runs not packed yet,
+# running ones included (webapp/experiments/series_rollups.py): block summaries that keep
+# reads of long series and of just-finished runs' comparisons to a few thousand rows.
+ROLLUP_RUNS_PER_SYNC = env.int("MRL_ROLLUP_RUNS_PER_SYNC", default=200)
 
 # --- slurm defaults (per-experiment forms may override) ------------------------------
 SLURM_PARTITION = env.str("SLURM_PARTITION", default="")

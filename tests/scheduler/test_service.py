@@ -23,7 +23,7 @@ from tests.scheduler.conftest import FakeBackend
 from webapp.api.batch import parse_batch
 from webapp.api.ingest import metrics_ingest
 from webapp.experiments import series_packs, services
-from webapp.experiments.models import Run, SeriesPack
+from webapp.experiments.models import MetricSeries, Run, SeriesPack, SeriesRollup
 
 pytestmark = pytest.mark.django_db
 
@@ -128,6 +128,37 @@ def test_the_pack_task_packs_finished_runs_and_again_after_late_points(
     assert _packed(run) == [] and not Run.objects.get(pk=run.pk).series_packed
     assert series_pack() == 1
     assert _packed(run) == [("llama", 8), ("qwen", 8)]
+
+
+def _watermarks(run: Run) -> list[tuple[str, int]]:
+    """(policy, rolled_through) of the run's series."""
+    return list(
+        MetricSeries.objects.filter(run=run)
+        .order_by("policy")
+        .values_list("policy", "rolled_through")
+    )
+
+
+def test_the_pack_task_rolls_up_running_runs_then_the_finished_ones_before_packing(
+    backend: FakeBackend, queued_run: Run
+) -> None:
+    submit(queued_run.pk)
+    backend.states["101"] = JobStatus("running", node="gpu-7")
+    sync()
+    run = Run.objects.get(pk=queued_run.pk)
+    _ingest(run, range(100))
+    assert series_pack() == 0  # running: rolled up, not packed
+    assert _watermarks(run) == [("llama", 63), ("qwen", 63)]  # one complete 64-step block
+    assert SeriesRollup.objects.filter(series__run=run, level=0).count() == 2
+    _ingest(run, range(100, 300))
+    backend.states["101"] = JobStatus("completed", 0, "gpu-7")
+    assert sync() == {"completed": 1}
+    assert series_pack() == 1
+    assert _watermarks(run) == [("llama", 255), ("qwen", 255)]  # the last partial block stays raw
+    assert _packed(run) == [("llama", 300), ("qwen", 300)]
+    _ingest(run, range(300, 320))  # late points: unpacked, rolled up again on the next tick
+    assert series_pack() == 1
+    assert _watermarks(run) == [("llama", 319), ("qwen", 319)]
 
 
 def test_the_status_sync_no_longer_packs(

@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 from tests.webapp.test_api_support import fill_series
 from webapp.api import selectors
 from webapp.api.downsample import (
+    ROLLUP_SIZES,
     Point,
-    bucket_of,
+    bucket_width,
+    cover,
     lttb,
     minmax_buckets,
     n_buckets,
@@ -44,10 +46,51 @@ def test_a_short_series_comes_back_unchanged() -> None:
     assert minmax_buckets(points, 4) == points
 
 
-def test_buckets_cover_the_steps_evenly() -> None:
-    assert [bucket_of(s, 0, 9, 5) for s in range(10)] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
-    assert bucket_of(109, 100, 109, 3) == 2
+def test_buckets_are_aligned_and_as_many_as_fit() -> None:
     assert n_buckets(2000) == 999
+    assert bucket_width(0, 9, 12) == 3  # 5 buckets: 0-2, 3-5, 6-8, 9
+    assert bucket_width(100, 109, 8) == 5  # 3 buckets: 100-104, 105-109 (+ none)
+    assert bucket_width(0, 99, 4) == 128  # one bucket, of whole 64-step blocks
+    # a million steps in 999 buckets: whole 256-step rollup blocks, 977 buckets
+    assert bucket_width(0, 999_999, 2000) == 1024
+    assert bucket_width(5, 70_000, 2000) == 128
+
+
+@given(st.integers(0, 2**31 - 2), st.integers(0, 10**7), st.integers(4, 5000))
+def test_the_width_keeps_within_the_budget_on_whole_blocks(
+    first: int, span: int, max_points: int
+) -> None:
+    last = min(first + span, 2**31 - 1)
+    width = bucket_width(first, last, max_points)
+    assert last // width - first // width + 1 <= n_buckets(max_points)
+    block = max((size for size in ROLLUP_SIZES if size <= width), default=1)
+    assert width % block == 0
+
+
+@given(st.integers(0, 100_000), st.integers(0, 100_000), st.integers(-1, 120_000))
+def test_cover_reads_every_step_once(lo: int, span: int, rolled_through: int) -> None:
+    hi = lo + span
+    rolled_through = (rolled_through + 1) // 64 * 64 - 1  # a watermark ends a block
+    for largest in (1, 64, 256, 4096):
+        blocks, raw = cover(lo, hi, rolled_through, largest)
+        pieces = [
+            (k * ROLLUP_SIZES[level], (k + 1) * ROLLUP_SIZES[level] - 1)
+            for level, first, last in blocks
+            for k in (first, last)
+        ]
+        assert all(ROLLUP_SIZES[level] <= largest for level, _, _ in blocks)
+        assert all(b <= rolled_through for _, b in pieces)
+        covered = sorted(
+            [
+                (k * ROLLUP_SIZES[level], (k + 1) * ROLLUP_SIZES[level] - 1)
+                for level, first, last in blocks
+                for k in range(first, last + 1)
+            ]
+            + list(raw)
+        )
+        assert covered[0][0] == lo and covered[-1][1] == hi
+        assert all(a[1] + 1 == b[0] for a, b in zip(covered, covered[1:], strict=False))
+        assert len(blocks) <= 2 * 8
 
 
 def test_max_points_below_4_is_refused() -> None:
@@ -58,7 +101,9 @@ def test_max_points_below_4_is_refused() -> None:
 def test_it_keeps_first_last_and_each_buckets_extremes() -> None:
     values = [5.0, 1.0, 9.0, 4.0, 3.0, 8.0, 0.0, 7.0, 6.0, 2.0]
     points = list(enumerate(values))
-    kept = minmax_buckets(points, 6)  # 2 buckets of 5 steps
+    kept = minmax_buckets(points, 6)  # 2 buckets: steps 0-8 and 9
+    assert kept == [(0, 5.0), (2, 9.0), (6, 0.0), (9, 2.0)]
+    kept = minmax_buckets(points, 8)  # width 5: steps 0-4 and 5-9
     assert kept == [(0, 5.0), (1, 1.0), (2, 9.0), (5, 8.0), (6, 0.0), (9, 2.0)]
 
 

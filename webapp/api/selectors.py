@@ -29,7 +29,15 @@ from django.db.models import (
 )
 from django.db.models.functions import Cast
 
-from webapp.api.downsample import Point, minmax_buckets, n_buckets
+from webapp.api.downsample import (
+    Point,
+    bucket_width,
+    cover,
+    minmax_buckets,
+    minmax_merge,
+    rollup_size_for,
+)
+from webapp.experiments import series_rollups
 from webapp.experiments.models import MetricPoint, MetricSeries, Run, TransferEvent
 
 
@@ -82,8 +90,9 @@ def _table(model: type[Any]) -> str:
 
 
 _RANGES_SQL = """
-    SELECT i.id, lo.step, hi.step, beyond.step IS NOT NULL
+    SELECT i.id, lo.step, hi.step, beyond.step IS NOT NULL, s.rolled_through
     FROM unnest(%(ids)s::bigint[]) AS i(id)
+    JOIN {series} s ON s.id = i.id
     CROSS JOIN LATERAL (
         SELECT step FROM {points} WHERE series_id = i.id AND step > %(after)s
         ORDER BY step LIMIT 1
@@ -105,15 +114,6 @@ _EXACT_SQL = """
     JOIN unnest(%(ends_series)s::bigint[], %(ends_step)s::int[]) AS e(series_id, step)
     ON p.series_id = e.series_id AND p.step = e.step
 """
-# Per bucket of one long series: its size, and its lowest and highest (value, step) pair
-# (float8 array order: by value, NaN highest, then by step). The bucket is computed in
-# integer arithmetic exactly as webapp.api.downsample.bucket_of does.
-_BUCKETS_SQL = """
-    SELECT count(*), min(ARRAY[value, step::float8]), max(ARRAY[value, step::float8])
-    FROM {points} WHERE series_id = %(series)s AND step > %(after)s
-    GROUP BY (step - %(first)s)::bigint * %(buckets)s / %(width)s
-"""
-
 
 _PLANNER_SQL = "SELECT set_config('work_mem', '64MB', true), set_config('jit', 'off', true)"
 
@@ -123,20 +123,26 @@ class _Range:
     first: int
     last: int
     long: bool  # more than max_points points in range
+    rolled_through: int  # the series' rollup watermark
 
 
 def _series_points_postgres(
     series_ids: Sequence[int], max_points: int, after_step: int
 ) -> dict[int, SeriesPoints]:
     """Index lookups for each series' range; the exact points of the short series and the
-    ends of the long ones in one statement; then one aggregate per long series."""
+    ends of the long ones in one statement; then per long series its buckets, from its
+    rollup blocks where they are current and from the points elsewhere
+    (:func:`webapp.api.downsample.cover`, :mod:`webapp.experiments.series_rollups`)."""
     points = _table(MetricPoint)
     found: dict[int, SeriesPoints] = {pk: SeriesPoints() for pk in series_ids}
     picked: dict[int, dict[int, float]] = defaultdict(dict)
     params: dict[str, Any] = {"ids": list(series_ids), "after": after_step, "max": max_points}
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_RANGES_SQL.format(points=points), params)
-        ranges = {pk: _Range(first, last, long) for pk, first, last, long in cursor.fetchall()}
+        cursor.execute(_RANGES_SQL.format(points=points, series=_table(MetricSeries)), params)
+        ranges = {
+            pk: _Range(first, last, long, rolled)
+            for pk, first, last, long, rolled in cursor.fetchall()
+        }
         long_ranges = {pk: r for pk, r in ranges.items() if r.long}
         params["short"] = [pk for pk, r in ranges.items() if not r.long]
         params["ends_series"] = [pk for pk in long_ranges for _ in (0, 1)]
@@ -145,22 +151,18 @@ def _series_points_postgres(
         for series_id, step, value in cursor.fetchall():
             picked[series_id][step] = as_float(value)
         if long_ranges:
-            # ~1,000 groups of 80 bytes: let the planner hash them in memory rather than
-            # sort a million rows on disk, and skip JIT (compiling costs more than it saves).
+            # Raw steps are grouped in memory (hash), not sorted on disk; no JIT, whose
+            # compiling costs more than it saves here.
             cursor.execute(_PLANNER_SQL)
         for series_id, r in long_ranges.items():
-            bucket_params = {
-                "series": series_id,
-                "after": after_step,
-                "first": r.first,
-                "buckets": n_buckets(max_points),
-                "width": r.last - r.first + 1,
-            }
-            cursor.execute(_BUCKETS_SQL.format(points=points), bucket_params)
-            for count, low, high in cursor.fetchall():
-                found[series_id].n_points += count
-                for value, step in (low, high):
-                    picked[series_id][int(step)] = as_float(value)
+            width = bucket_width(r.first, r.last, max_points)
+            blocks, raw = cover(r.first, r.last, r.rolled_through, rollup_size_for(width))
+            rows = series_rollups.minmax_block_rows(cursor, series_id, blocks, raw, width)
+            count, buckets = minmax_merge(rows, width)
+            found[series_id].n_points = count
+            for low, high in buckets.values():
+                for step, value in (low, high):
+                    picked[series_id][step] = as_float(value)
             found[series_id].downsampled = True
     for series_id, by_step in picked.items():
         found[series_id].points = sorted(by_step.items())

@@ -12,7 +12,9 @@ pure numpy). Reading, in a few statements whatever the number of runs (PostgreSQ
    series (an index-only scan), which :func:`webapp.compare.assemble.bucket_into`
    buckets. A series of a finished run is read instead from its packed copy where the
    status sync has made one (:mod:`webapp.experiments.series_packs`; about 6x faster),
-   except on the wall-time axis, which needs the points' wall times.
+   except on the wall-time axis, which needs the points' wall times. A series not
+   packed yet is read from its level-0 rollup blocks' packed points up to its watermark
+   and from the points after it (:func:`webapp.experiments.series_rollups.chunk_columns`).
 
 Another database (the demo's SQLite) reads the points as rows and buckets them in
 Python (:func:`buckets_portable`, also the reference of the tests). The summary table
@@ -64,7 +66,7 @@ from webapp.compare.bars import (
 )
 from webapp.compare.spec import ComparisonSpec, SpecError
 from webapp.compare.stats import RunSummary
-from webapp.experiments import series_packs
+from webapp.experiments import series_packs, series_rollups
 from webapp.experiments.models import MetricPoint, MetricSeries, Run
 from webapp.experiments.permissions import visible_runs
 
@@ -153,14 +155,27 @@ def buckets_postgres(
 ) -> dict[int, Buckets]:
     """Per series, its bucket means on the grid of ``size`` buckets over [lo, hi] (wall
     times only with ``wall``; NaN otherwise). Without wall times a series is read from
-    its pack where it has one (:mod:`webapp.experiments.series_packs`); the rest from the
-    points, in one statement."""
+    its pack where it has one (:mod:`webapp.experiments.series_packs`), or else from its
+    rollups' packed blocks and the points after them; with wall times from the points,
+    in one statement."""
     found = {pk: empty_buckets(size) for pk in series_ids}
     packed = {} if wall else series_packs.series_packs(series_ids)
     rows: list[tuple[int, bytes, bytes, bytes | None]] = [
         (pk, steps, values, None) for pk, (steps, values) in packed.items()
     ]
     rest = [pk for pk in series_ids if pk not in packed]
+    if rest and not wall:
+        # not packed yet (a running run, or one that just finished): its level-0 rollup
+        # blocks hold its points packed too, up to the series' watermark
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(series_packs.SERIES_SCAN_SETTINGS_SQL)
+            chunks: dict[int, list[tuple[bytes, bytes]]] = {}
+            for pk, steps, values in series_rollups.chunk_columns(rest, lo, hi):
+                chunks.setdefault(pk, []).append((steps, values))
+        for pk, parts in chunks.items():
+            rows.append((pk, b"".join(p[0] for p in parts), b"".join(p[1] for p in parts), None))
+        rest = []
     if rest:
         params = {"ids": rest, "lo": lo, "hi": hi}
         sql = _POINTS_SQL.format(

@@ -314,6 +314,13 @@ class MetricSeries(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series")
     policy = models.CharField(max_length=wire.MAX_POLICY_NAME)
     key = models.CharField(max_length=wire.MAX_KEY)
+    rolled_through = models.IntegerField(
+        default=-1,
+        db_default=-1,  # ingestion creates series in SQL
+        help_text="every SeriesRollup block of this series that ends at or before this "
+        "step is current (-1: none); the rollup sweep raises it, ingestion lowers it "
+        "when a point lands at or below it (webapp.experiments.series_rollups)",
+    )
 
     class Meta:
         constraints = [
@@ -362,6 +369,40 @@ class SeriesPack(models.Model):
 
     def __str__(self) -> str:
         return f"pack of {self.series_id} ({len(self.steps) // 4} points)"
+
+
+class SeriesRollup(models.Model):
+    """Summary of one block of a series' steps, at one of several block sizes: the
+    points' count, their lowest and highest (value, step) in PostgreSQL's float8 order
+    (NaN highest, ties to the lower step) and their sum (NaN or an infinity propagates).
+    Level ``L`` covers the steps ``[block * size, (block + 1) * size)`` with ``size =
+    ROLLUP_SIZES[L]`` (64, 256, ..., 4**7 * 64; :mod:`webapp.api.downsample`). The level-0
+    blocks (64 steps) also keep their points, as a pack does (big-endian int4 steps and
+    float8 values, in step order), for reads that need every point.
+
+    A block is current while it ends at or before its series' ``rolled_through``; rows
+    beyond it are stale and no reader looks at them. Built by the rollup sweep
+    (:mod:`webapp.experiments.series_rollups`); the raw points stay the source of truth.
+    A block with no points has no row.
+    """
+
+    pk = models.CompositePrimaryKey("series_id", "level", "block")
+    series = models.ForeignKey(
+        MetricSeries, on_delete=models.CASCADE, related_name="rollups", db_index=False
+    )
+    level = models.SmallIntegerField()
+    block = models.IntegerField()
+    n_points = models.IntegerField()
+    low_value = models.FloatField()
+    low_step = models.IntegerField()
+    high_value = models.FloatField()
+    high_step = models.IntegerField()
+    value_sum = models.FloatField()
+    steps = models.BinaryField(null=True)
+    values = models.BinaryField(null=True)
+
+    def __str__(self) -> str:
+        return f"rollup {self.series_id}/{self.level}/{self.block} ({self.n_points} points)"
 
 
 class TransferEvent(models.Model):
