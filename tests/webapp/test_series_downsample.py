@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 
@@ -89,7 +90,7 @@ def test_cover_reads_every_step_once(lo: int, span: int, rolled_through: int) ->
             + list(raw)
         )
         assert covered[0][0] == lo and covered[-1][1] == hi
-        assert all(a[1] + 1 == b[0] for a, b in zip(covered, covered[1:], strict=False))
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(covered))
         assert len(blocks) <= 2 * 8
 
 
