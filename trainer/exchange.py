@@ -3,9 +3,11 @@ torch.distributed.
 
 Every worker (one per policy) calls :meth:`SharedExperienceExchange.exchange` once per
 step with a :class:`StepRecord`; the call is an all-gather, so it is also the pool's step
-barrier. The exchange enforces the shared prompt schedule (every policy must be on the
-same step with the same prompts) and only lets declared topics cross processes: a regime
-declares what it publishes (e.g. rewards only for XGRPO) and nothing else is sent.
+barrier. After the update each worker sends its metrics and events to rank 0 alone
+(:meth:`~SharedExperienceExchange.report`, a gather), which spools them. The exchange
+enforces the shared prompt schedule (every policy must be on the same step with the same
+prompts) and only lets declared topics cross processes: a regime declares what it
+publishes (e.g. rewards only for XGRPO) and nothing else is sent.
 """
 
 from __future__ import annotations
@@ -57,6 +59,25 @@ class SharedExperienceExchange:
                 raise TypeError(f"topic {name!r} carries {type(value).__name__}, not {expected}")
         gathered: list[StepRecord | None] = [None] * self.world_size
         dist.all_gather_object(gathered, record)
+        records = [r for r in gathered if r is not None]
+        check_shared_schedule(records)
+        return records
+
+    def report(self, record: StepRecord) -> list[StepRecord] | None:
+        """Send ``record`` (a step's metrics and events) to rank 0, which writes the
+        pool's spool: every policy's record in rank order there, None elsewhere.
+
+        A gather, not an all-gather: nobody but rank 0 reads them, and the events carry
+        their samples, so an all-gather sent every rank's events to every rank, N(N-1)
+        copies where N-1 do (bench/scaling.py)."""
+        if record.topics:
+            raise ValueError("a report carries metrics and events, not topics")
+        gathered: list[StepRecord | None] | None = (
+            [None] * self.world_size if self.rank == 0 else None
+        )
+        dist.gather_object(record, gathered, dst=0)
+        if gathered is None:
+            return None
         records = [r for r in gathered if r is not None]
         check_shared_schedule(records)
         return records

@@ -330,7 +330,7 @@ def _train(
     try:
         if start_step == 1:
             record = StepRecord(policy.name, 0, (), policy.validation_metrics(validation))
-            _write_records(spool, exchange.exchange(record))
+            _write_records(spool, exchange.report(record))
         for step in range(start_step, options.steps + 1):
             record = _step(
                 policy,
@@ -346,7 +346,7 @@ def _train(
                 worker=worker,
                 runtime=runtime,
             )
-            _write_records(spool, exchange.exchange(record))
+            _write_records(spool, exchange.report(record))
             if shipper is not None:
                 shipper.set_status("running", f"step {step}/{options.steps}")
             stop = _all_agree_to_stop()
@@ -438,9 +438,9 @@ def _step(
     return StepRecord(policy.name, step, prompt_ids, metrics, events=learned.events)
 
 
-def _write_records(spool: Spool | None, records: list[StepRecord]) -> None:
+def _write_records(spool: Spool | None, records: list[StepRecord] | None) -> None:
     """Rank 0: every policy's metrics and events, plus pool aggregates under ``_pool``."""
-    if spool is None:
+    if spool is None or records is None:
         return
     events = [event for record in records for event in record.events]
     if events:
