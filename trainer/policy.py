@@ -103,10 +103,10 @@ from trainer.core import (
     ObjectiveInputs,
     ObjectiveSettings,
     TokenStat,
-    entropy_from_logits,
     token_log_probs,
+    token_log_probs_and_entropy,
 )
-from trainer.models import load_causal_lm, load_tokenizer
+from trainer.models import fuse_activations, load_causal_lm, load_tokenizer
 from trainer.remix.losses import RemixObjective
 from trainer.rollout import HFRolloutEngine, RolloutBatch
 from trainer.rollout.engine import CacheKind
@@ -185,9 +185,15 @@ class LearnerBatch:
     log-probs of the past version that sampled it. An empty list: nothing replayed.
 
     ``old_logp[i]``, where the regime has already scored sample i with the policy as it
-    is before the update (PRP: the learner's side of the importance weights on peer
-    rollouts), is that per-token ``log pi_old``; the update then takes it instead of
-    scoring the sample again. None (or an empty list): the update computes it.
+    is before the update, is that per-token ``log pi_old``; the update then takes it
+    instead of scoring the sample again. None (or an empty list): the update computes it.
+
+    ``is_behaviour_logp[i]`` (PRP with its importance correction) is, for a peer sample
+    whose ``token_weights[i]`` is None, the peer's behaviour log-prob ``mu`` of each of
+    its response tokens: the update then computes the sample's weights itself,
+    ``w_t = min(pi_old(t) / mu(t), is_c_bar)`` (:func:`truncated_importance_weights`), from the
+    ``log pi_old`` it has in hand (in a single pass its own forward's detached log-probs:
+    no forward of its own for the weights), and writes them into ``token_weights[i]``.
     """
 
     prompt_ids: list[list[int]]
@@ -197,6 +203,19 @@ class LearnerBatch:
     aux_terms: list[AuxTerm] = field(default_factory=list)
     behaviour_logp: list[list[float] | None] = field(default_factory=list)
     old_logp: list[list[float] | None] = field(default_factory=list)
+    is_behaviour_logp: list[list[float] | None] = field(default_factory=list)
+    is_c_bar: float = 1.0
+
+    @property
+    def deferred_weights(self) -> list[int]:
+        """The samples whose token weights the update computes (``is_behaviour_logp``
+        given, ``token_weights`` not yet)."""
+        weights = list(self.token_weights) or [None] * len(self)
+        return [
+            row
+            for row, (mu, given) in enumerate(zip(self.is_behaviour_logp, weights, strict=False))
+            if mu is not None and given is None
+        ]
 
     @property
     def replayed(self) -> list[bool]:
@@ -245,6 +264,9 @@ class Policy:
         # the CPU and copied there, then moved: the reference never passes through the
         # device when it stays on the CPU.
         model = load_causal_lm(model_dir, "float32", device="cpu")
+        # gelu_new as torch's fused kernel: the same function to float rounding, faster
+        # (the reference, copied below, gets it too: KL 0 while the two are equal).
+        fuse_activations(model)
         # Dropout off, as in every RL fine-tuning recipe: rollouts, old log-probs and the
         # update must see the same function. Gradients flow in eval mode all the same.
         model.eval()
@@ -443,12 +465,19 @@ class Policy:
             if self.grpo.kl_coef > 0 or remix is not None
             else None
         )
+        token_weights = self._token_weights(batch, response_mask)
+        deferred = self._deferred_weights(batch, response_mask)
+        if deferred is not None:
+            if token_weights is None:
+                token_weights = torch.ones_like(response_mask, dtype=torch.float32)
+            if old_logp is not None:  # in hand before the update: weigh now
+                deferred.weigh(token_weights, old_logp)
         inputs = ObjectiveInputs(
             mask=response_mask,
             advantages=batch.advantages.to(self.device)[:, None].expand_as(response_mask),
             old_logp=old_logp,
             ref_logp=ref_logp,
-            token_weights=self._token_weights(batch, response_mask),
+            token_weights=token_weights,
         )
         if remix is not None:
             assert old_logp is not None
@@ -474,9 +503,18 @@ class Policy:
                         objective,
                         settings,
                         aux_sets,
+                        deferred.rows(rows) if deferred and old_logp is None else None,
                     )
                 )
                 updates += 1
+        if deferred is not None:
+            assert inputs.token_weights is not None
+            if not batch.token_weights:
+                batch.token_weights = [None] * len(batch)
+            for row in deferred.samples:
+                batch.token_weights[row] = inputs.token_weights[row][
+                    response_mask[row].bool()
+                ].tolist()
         metrics = totals.metrics(updates) | {
             m.KL_COEF: self.grpo.kl_coef,
             m.LR: self.optimizer.param_groups[0]["lr"],
@@ -557,6 +595,26 @@ class Policy:
             old_logp.clone(), batch.behaviour_logp, response_mask, "behaviour log-probs"
         )
 
+    def _deferred_weights(
+        self, batch: LearnerBatch, response_mask: torch.Tensor
+    ) -> _DeferredWeights | None:
+        """The samples whose importance weights the update computes
+        (:attr:`LearnerBatch.deferred_weights`) with their ``mu``; None when there are none."""
+        samples = batch.deferred_weights
+        if not samples:
+            return None
+        wanted = set(samples)
+        given = [mu if row in wanted else None for row, mu in enumerate(batch.is_behaviour_logp)]
+        mu = _scatter_per_token(
+            torch.zeros_like(response_mask, dtype=torch.float32),
+            given + [None] * (len(batch) - len(given)),
+            response_mask,
+            "behaviour log-probs",
+        )
+        rows = torch.zeros(len(batch), dtype=torch.bool, device=response_mask.device)
+        rows[samples] = True
+        return _DeferredWeights(samples, rows[:, None] & response_mask.bool(), mu, batch.is_c_bar)
+
     def _token_weights(
         self, batch: LearnerBatch, response_mask: torch.Tensor
     ) -> torch.Tensor | None:
@@ -575,6 +633,7 @@ class Policy:
         objective: Objective,
         settings: ObjectiveSettings,
         aux_sets: Sequence[_AuxSet],
+        deferred: _DeferredWeights | None = None,
     ) -> _Tally:
         """One optimizer step on a mini-batch, accumulated over micro-batches.
 
@@ -584,6 +643,11 @@ class Policy:
         (token-mean) or sequences (seq-mean-token-mean), so the gradient equals that of
         the loss aggregated over the whole mini-batch. Then every auxiliary set adds its
         term (:meth:`_aux_backward`) to the same optimizer step.
+
+        ``deferred`` (a single pass without old log-probs): the peer tokens' importance
+        weights are computed from this forward's detached log-probs (the ratio's
+        denominator too) and written into ``inputs.token_weights`` before the objective
+        reads them.
         """
         self.optimizer.zero_grad(set_to_none=True)
         if settings.agg == "token-mean":
@@ -605,10 +669,17 @@ class Policy:
                     first_scored_column(inputs.mask[rows]),
                 )
                 start = width - 1 - targets.shape[1]  # the first column scored
+                # One log-softmax gives both; the entropy's backward runs only when it
+                # enters the loss (entropy_coef != 0), else it is a metric only.
+                logp, entropy = token_log_probs_and_entropy(logits, targets)
+                micro = inputs.rows(rows, width - 1, start=start)
+                if deferred is not None:
+                    assert micro.token_weights is not None
+                    deferred.rows(rows, width - 1, start).weigh(micro.token_weights, logp.detach())
                 out = objective(
-                    logp=token_log_probs(logits, targets),
-                    entropy=entropy_from_logits(logits),
-                    inputs=inputs.rows(rows, width - 1, start=start),
+                    logp=logp,
+                    entropy=entropy,
+                    inputs=micro,
                     settings=settings,
                 )
                 self._backward(out.loss * share)
@@ -784,6 +855,42 @@ class Policy:
                 logits, targets
             ).to(out.device)
         return out
+
+
+def truncated_importance_weights(
+    learner_logp: torch.Tensor, behaviour_logp: torch.Tensor, c_bar: float
+) -> torch.Tensor:
+    """PRP's truncated importance weights ``w_t = min(pi_old(t) / mu(t), c_bar)`` per token
+    (SPEC 4.1), from the log-probs: ``min(exp(min(log pi_old - log mu, 50)), c_bar)`` (the
+    log-ratio bounded so that ``exp`` stays finite; ``c_bar`` bounds it far lower)."""
+    return torch.clamp(torch.exp(torch.clamp(learner_logp - behaviour_logp, max=50.0)), max=c_bar)
+
+
+@dataclass(frozen=True)
+class _DeferredWeights:
+    """Peer tokens whose importance weights the update computes: ``mask`` (``[n, L-1]``)
+    true on them, ``mu`` their behaviour log-probs there; ``samples`` the batch's rows."""
+
+    samples: list[int]
+    mask: torch.Tensor
+    mu: torch.Tensor
+    c_bar: float
+
+    def rows(self, rows: slice, positions: int | None = None, start: int = 0) -> _DeferredWeights:
+        """Views of rows ``rows``, positions ``[start, positions)``, as
+        :meth:`ObjectiveInputs.rows` cuts the objective's inputs."""
+        columns = slice(start, positions)
+        return _DeferredWeights(
+            self.samples, self.mask[rows, columns], self.mu[rows, columns], self.c_bar
+        )
+
+    def weigh(self, token_weights: torch.Tensor, old_logp: torch.Tensor) -> None:
+        """Write the weights against ``old_logp`` (``log pi_old``, same shape) into
+        ``token_weights`` (in place) on the masked tokens."""
+        weights = truncated_importance_weights(old_logp, self.mu, self.c_bar).to(
+            token_weights.dtype
+        )
+        token_weights.copy_(torch.where(self.mask, weights, token_weights))
 
 
 @dataclass(frozen=True)

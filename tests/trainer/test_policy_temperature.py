@@ -182,6 +182,7 @@ def test_prp_scores_peer_samples_at_each_policys_own_temperature(
     own = _sample(learner, monkeypatch, seed=2).rollouts
     record = StepRecord("b", 1, tuple(p.id for p in PROBLEMS), topics=published)
     step = PRP(config, "a", dirs).learn(learner, own, [record], step=1)
+    assert step.metrics  # read before any update: the peer tokens are weighed now
     # mu on the learner's tokens, by (prompt, response): THL spreads each word's log-prob
     # mass over the word's target tokens, even between two copies of one tokenizer.
     tokenizer = learner.tokenizer

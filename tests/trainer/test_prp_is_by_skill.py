@@ -44,6 +44,7 @@ def _prp_step(
     ids = tuple(p.id for p in problems)
     record = StepRecord("add", 1, ids, topics=prp.publish(source, peer_rollouts, step=1))
     step = prp.learn(learner, own_rollouts, [record], step=1)
+    metrics = step.metrics  # read before any update: the peer tokens are weighed now
     g = own_rollouts.group_size
     skill_of_prompt = {
         tuple(own_rollouts.batch.prompt_ids[i * g]): p.skill for i, p in enumerate(problems)
@@ -52,7 +53,7 @@ def _prp_step(
     skills = [skill_of_prompt[tuple(ids)] for ids in step.batch.prompt_ids[own:]]
     weights = [w for w in step.batch.token_weights[own:] if w is not None]
     assert len(weights) == len(skills)
-    return step.metrics, skills, weights
+    return metrics, skills, weights
 
 
 def test_prp_logs_the_is_weight_mean_per_skill_of_the_prompt(complementary_zoo: Path) -> None:

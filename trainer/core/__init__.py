@@ -29,6 +29,7 @@ from trainer.core.losses import (
     seq_mean_token_mean,
     sft_nll_sum,
     token_log_probs,
+    token_log_probs_and_entropy,
     token_mean,
     vtrace_truncation,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "seq_mean_token_mean",
     "sft_nll_sum",
     "token_log_probs",
+    "token_log_probs_and_entropy",
     "token_mean",
     "vtrace_truncation",
 ]

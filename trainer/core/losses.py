@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -434,11 +435,11 @@ def entropy_from_logits(logits: Tensor, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
 def token_log_probs(
     logits: Tensor, tokens: Tensor, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
 ) -> Tensor:
-    """``log_softmax(logits)[..., tokens]`` without materialising the full log-softmax.
+    """``log_softmax(logits)[..., tokens]`` without keeping the full log-softmax.
 
-    Gathers the selected logits, then subtracts ``logsumexp`` computed in chunks of
-    ``chunk_tokens`` positions (float32 for half-precision logits), as TRL's
-    ``selective_log_softmax`` does.
+    :func:`token_log_probs_and_entropy` without the entropy: one fused log-softmax per
+    chunk of ``chunk_tokens`` positions (float32 for half-precision logits), of which only
+    the selected column is kept, as TRL's ``selective_log_softmax`` does.
 
     Args:
         logits: ``Tensor[N, T, V]``.
@@ -449,15 +450,113 @@ def token_log_probs(
     Returns:
         ``Tensor[N, T]`` log-probs, in ``logits``' dtype, or float32 for half precision.
     """
+    return token_log_probs_and_entropy(logits, tokens, chunk_tokens, with_entropy=False)[0]
+
+
+def token_log_probs_and_entropy(
+    logits: Tensor,
+    tokens: Tensor,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    *,
+    with_entropy: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """The selected tokens' log-probs and the entropy at each position, from one
+    log-softmax of ``logits`` per chunk of ``chunk_tokens`` positions.
+
+    ``logp = log_softmax(z)[token]`` and ``H = -sum_v p_v log p_v`` with ``p =
+    softmax(z)``: the same values as :func:`entropy_from_logits` and a gather of
+    ``log_softmax`` (to float rounding), at a fraction of their cost: torch's fused
+    log-softmax kernel runs once per chunk, where ``logsumexp`` and a separate softmax
+    each made several passes and temporaries over ``[positions, V]``.
+
+    Autograd: nothing of size ``[positions, V]`` is kept besides ``logits`` themselves
+    (already alive). The backward recomputes each chunk's log-softmax and returns
+    ``g_logp * (onehot(token) - p) - g_H * p * (log p + H)``; a term whose output does
+    not reach the loss (the entropy, when its coefficient is 0) costs nothing there.
+    Logits must be finite.
+
+    Args:
+        logits: ``Tensor[N, T, V]``.
+        tokens: ``Tensor[N, T]`` (long) token ids in ``[0, V)``; pad masked positions
+            with any valid id, never -100.
+        chunk_tokens: positions per chunk.
+        with_entropy: False: the entropy is not computed (returned as None).
+
+    Returns:
+        ``(logp, entropy)``, each ``Tensor[N, T]`` in ``logits``' dtype, or float32 for
+        half-precision logits; ``entropy`` None when ``with_entropy`` is False.
+    """
     if tokens.shape != logits.shape[:-1]:
         raise ValueError(
             f"tokens have shape {tuple(tokens.shape)}, expected {tuple(logits.shape[:-1])}"
         )
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     dtype = _compute_dtype(logits)
     if logits.numel() == 0:
-        return logits.new_zeros(tokens.shape, dtype=dtype)
-    selected = logits.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1).to(dtype)
-    lse = torch.cat(
-        [torch.logsumexp(chunk.to(dtype), dim=-1) for chunk in _row_chunks(logits, chunk_tokens)]
-    )
-    return selected - lse.view(tokens.shape)
+        empty = logits.new_zeros(tokens.shape, dtype=dtype)
+        return empty, (empty.clone() if with_entropy else None)
+    logp, entropy = _SelectedLogSoftmax.apply(logits, tokens, chunk_tokens, with_entropy)
+    return logp, (entropy if with_entropy else None)
+
+
+class _SelectedLogSoftmax(torch.autograd.Function):
+    """:func:`token_log_probs_and_entropy`'s forward and backward (see there)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, logits: Tensor, tokens: Tensor, chunk_tokens: int, with_entropy: bool
+    ) -> tuple[Tensor, Tensor]:
+        dtype = _compute_dtype(logits)
+        flat = logits.reshape(-1, logits.shape[-1])
+        index = tokens.reshape(-1, 1).long()
+        logp = torch.empty(flat.shape[0], dtype=dtype, device=logits.device)
+        entropy = torch.zeros(
+            flat.shape[0] if with_entropy else 0, dtype=dtype, device=logits.device
+        )
+        for start in range(0, flat.shape[0], chunk_tokens):
+            stop = start + chunk_tokens
+            log_p = torch.log_softmax(flat[start:stop].to(dtype), dim=-1)
+            logp[start:stop] = log_p.gather(-1, index[start:stop]).squeeze(-1)
+            if with_entropy:
+                entropy[start:stop] = -(log_p.exp().mul_(log_p)).sum(dim=-1)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(logits, index, entropy)
+        ctx.chunk_tokens = chunk_tokens
+        return logp.view(tokens.shape), entropy.view(tokens.shape if with_entropy else (0,))
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_logp: Tensor | None, grad_entropy: Tensor | None
+    ) -> tuple[Tensor | None, None, None, None]:
+        logits, index, entropy = ctx.saved_tensors
+        if grad_logp is None and (grad_entropy is None or not entropy.numel()):
+            return None, None, None, None
+        dtype = _compute_dtype(logits)
+        flat = logits.reshape(-1, logits.shape[-1])
+        g_logp = None if grad_logp is None else grad_logp.reshape(-1, 1).to(dtype)
+        g_entropy = (
+            None
+            if grad_entropy is None or not entropy.numel()
+            else grad_entropy.reshape(-1, 1).to(dtype)
+        )
+        grad = torch.empty(flat.shape, dtype=dtype, device=logits.device)
+        for start in range(0, flat.shape[0], ctx.chunk_tokens):
+            stop = start + ctx.chunk_tokens
+            log_p = torch.log_softmax(flat[start:stop].to(dtype), dim=-1)
+            p = log_p.exp()
+            part = grad[start:stop]
+            if g_entropy is not None:
+                # dH/dz = -p * (log p + H)
+                log_p.add_(entropy[start:stop, None])
+                torch.mul(p, log_p, out=part)
+                part.mul_(-g_entropy[start:stop])
+                if g_logp is not None:
+                    part.addcmul_(p, g_logp[start:stop], value=-1.0)
+            else:
+                assert g_logp is not None
+                torch.mul(p, g_logp[start:stop], out=part)
+                part.neg_()
+            if g_logp is not None:
+                part.scatter_add_(-1, index[start:stop], g_logp[start:stop])
+        return grad.to(logits.dtype).view(logits.shape), None, None, None

@@ -24,6 +24,7 @@ from trainer.core import (
     kl_to_reference,
     sft_nll_sum,
     token_log_probs,
+    token_log_probs_and_entropy,
 )
 
 LN = math.log
@@ -374,6 +375,42 @@ def test_token_log_probs_are_differentiable_like_log_softmax() -> None:
     reference = logits.detach().clone().requires_grad_()
     torch.log_softmax(reference, -1).gather(-1, tokens.unsqueeze(-1)).sum().backward()
     torch.testing.assert_close(logits.grad, reference.grad)
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 3, 1024])
+def test_fused_log_probs_and_entropy_match_log_softmax_with_their_gradients(
+    chunk_tokens: int,
+) -> None:
+    # One log-softmax per chunk gives both, and a backward of its own (issue 23): values
+    # and gradients (of either output, or both) are those of the plain formulas.
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 4, 11, generator=generator, dtype=torch.float64) * 3
+    tokens = torch.randint(0, 11, (3, 4), generator=generator)
+    log_p = torch.log_softmax(logits, dim=-1)
+    logp, entropy = token_log_probs_and_entropy(logits, tokens, chunk_tokens)
+    torch.testing.assert_close(logp, log_p.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+    assert entropy is not None
+    torch.testing.assert_close(entropy, -(log_p.exp() * log_p).sum(-1))
+    assert token_log_probs_and_entropy(logits, tokens, with_entropy=False)[1] is None
+
+    z = logits.clone().requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x: token_log_probs_and_entropy(x, tokens, chunk_tokens), (z,)
+    )
+    assert torch.autograd.gradcheck(
+        lambda x: token_log_probs_and_entropy(x, tokens, chunk_tokens)[1], (z,)
+    )
+    assert torch.autograd.gradcheck(lambda x: token_log_probs(x, tokens, chunk_tokens), (z,))
+
+
+def test_fused_log_probs_in_float32_are_within_rounding_of_logsumexp() -> None:
+    generator = torch.Generator().manual_seed(6)
+    logits = torch.randn(8, 16, 512, generator=generator) * 4
+    tokens = torch.randint(0, 512, (8, 16), generator=generator)
+    logp, entropy = token_log_probs_and_entropy(logits, tokens)
+    selected = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logp, selected - torch.logsumexp(logits, -1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropy, entropy_from_logits(logits), atol=1e-5, rtol=0)
 
 
 def test_half_precision_logits_are_computed_in_float32() -> None:

@@ -9,6 +9,12 @@ is the learner's own ratio ``pi_theta / pi_old_m`` times the truncated importanc
 probability moved onto m's tokens by THL's trace path. ``prp.is_correction = false``
 gives naive pooling (``w_t = 1``), the paper's ablation.
 
+The learner runs no forward for the weights: the batch carries each peer token's ``mu``
+(:attr:`LearnerBatch.is_behaviour_logp`) and the update weighs the token with the
+``pi_old_m`` it has in hand (in a single pass its own forward's detached log-probs),
+writing the weights into the batch, from which the step's events and metrics are read
+after the update. Read before it, they weigh the tokens then, with one forward.
+
 What crosses: per rollout its token ids, behaviour log-probs and reward (the learner
 loads the source's tokenizer to decode them).
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +92,44 @@ def truncated_is_weights(
     ]
 
 
+class _WeightedStep(RegimeStep):
+    """PRP's step, whose events and metrics report the peer tokens' importance weights.
+
+    With the correction, the update computes those weights from the log-probs of its own
+    forward and writes them into the batch (:attr:`LearnerBatch.is_behaviour_logp`), so
+    the learner runs no forward of its own for them. Read after the update (as a run
+    does), the events and metrics cost nothing more; read before it, or with no update,
+    they weigh the peer tokens then, with one forward of the policy as it is, and hand
+    those weights (and old log-probs) to the update, as before.
+    """
+
+    def __init__(
+        self,
+        batch: LearnerBatch,
+        score: Callable[[], None],
+        report: Callable[[], tuple[list[dict[str, Any]], dict[str, float]]],
+    ) -> None:
+        self.batch = batch
+        self._score = score
+        self._report = report
+        self._reported: tuple[list[dict[str, Any]], dict[str, float]] | None = None
+
+    def _reported_now(self) -> tuple[list[dict[str, Any]], dict[str, float]]:
+        if self._reported is None:
+            if self.batch.deferred_weights:
+                self._score()
+            self._reported = self._report()
+        return self._reported
+
+    @property  # type: ignore[override]
+    def events(self) -> list[dict[str, Any]]:
+        return self._reported_now()[0]
+
+    @property  # type: ignore[override]
+    def metrics(self) -> dict[str, float]:
+        return self._reported_now()[1]
+
+
 def choose_peer_rollouts(
     candidates: list[tuple[str, PublishedRollout]], k: int, rng: random.Random
 ) -> list[tuple[str, PublishedRollout]]:
@@ -135,25 +180,42 @@ class PRP(Regime):
         groups = torch.tensor([i // g for i in range(len(own))] + [s.prompt_index for s in samples])
         advantages = grpo_advantages_from_groups(rewards, groups, eps=self.config.grpo.adv_eps)
 
-        learner_logp = policy.response_logprobs(prompt_ids[len(own) :], response_ids[len(own) :])
-        weights = [
-            truncated_is_weights(
-                old, s.behaviour_logp, self.settings.c_bar, self.settings.is_correction
-            )
-            for old, s in zip(learner_logp, samples, strict=True)
-        ]
+        correction = self.settings.is_correction
         batch = LearnerBatch(
             prompt_ids=prompt_ids,
             response_ids=response_ids,
             advantages=advantages,
-            token_weights=[None] * len(own) + list(weights),
-            old_logp=[None] * len(own) + learner_logp,  # scored once, reused by the update
+            # With the correction the update computes the peer tokens' weights from the
+            # log-probs of its own forward (no forward of their own); without, they are 1.
+            token_weights=[None] * len(own)
+            + [None if correction else [1.0] * len(s.response_ids) for s in samples],
+            is_behaviour_logp=[None] * len(own) + [s.behaviour_logp for s in samples]
+            if correction
+            else [],
+            is_c_bar=self.settings.c_bar,
         )
-        return RegimeStep(
-            batch,
-            self._events(policy, samples, weights, step),
-            self._metrics(samples, weights, [problem.skill for problem in rollouts.problems]),
-        )
+        skills = [problem.skill for problem in rollouts.problems]
+
+        def score() -> None:
+            # Read before the update: weigh now, with one forward of the policy as it is,
+            # and hand the update these weights and old log-probs.
+            learner_logp = policy.response_logprobs(
+                prompt_ids[len(own) :], response_ids[len(own) :]
+            )
+            batch.old_logp = [None] * len(own) + learner_logp
+            for index, (old, sample) in enumerate(zip(learner_logp, samples, strict=True)):
+                batch.token_weights[len(own) + index] = truncated_is_weights(
+                    old, sample.behaviour_logp, self.settings.c_bar, correction
+                )
+
+        def report() -> tuple[list[dict[str, Any]], dict[str, float]]:
+            weights = [list(w or []) for w in batch.token_weights[len(own) :]]
+            return (
+                self._events(policy, samples, weights, step),
+                self._metrics(samples, weights, skills),
+            )
+
+        return _WeightedStep(batch, score, report)
 
     def _peer_samples(
         self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
