@@ -17,8 +17,9 @@ batch API, from one client posting one batch after the other:
   (default ``postgres://postgres@127.0.0.1:5432/mrl_bench_mlflow``, also dropped and
   recreated; its name must contain "bench").
 
-Each side's timing covers its client's encoding (``json.dumps`` of the batch; MLflow's
-protobuf-to-JSON inside ``log_batch``) and the HTTP round trips; the point records
+Each side's timing covers its client's encoding (ours the trainer's shipper's,
+``trainer.shipper.encode_body``: orjson, as the shipper sends since issue 23, json before;
+MLflow's protobuf-to-JSON inside ``log_batch``) and the HTTP round trips; the point records
 themselves (dicts; ``Metric`` objects) are built before the clock starts. Then one full
 series (llama, train/metric_00: ``--points`` / 80 steps) is fetched back ``--fetches``
 times after one warm-up: ours with ``GET .../series?key=&policy=&max_points=10000`` (raw,
@@ -243,6 +244,7 @@ def ours(n_points: int, fetches: int) -> dict[str, Any]:
     import requests
 
     from bench.ingest import free_port, fresh_app_database, setup_run, start_server
+    from trainer.shipper import encode_body
 
     wall0 = time.perf_counter()
     env = fresh_app_database("vs-mlflow")
@@ -263,7 +265,7 @@ def ours(n_points: int, fetches: int) -> dict[str, Any]:
         load = os.getloadavg()[0]
         started = time.perf_counter()
         for chunk in chunks:
-            response = ingest.post(f"{base}/ingest", data=json.dumps({"points": chunk}))
+            response = ingest.post(f"{base}/ingest", data=encode_body({"points": chunk}))
             response.raise_for_status()
             accepted += response.json()["accepted"]
         seconds = time.perf_counter() - started

@@ -39,6 +39,11 @@ from typing import Any
 
 import requests
 
+try:  # a C JSON encoder, for encode_body; the shipper works without it too
+    import orjson
+except ImportError:  # pragma: no cover - orjson is a declared dependency (requirements-web.txt)
+    orjson = None
+
 from trainer.spool import (
     EVENTS_FILE,
     METRICS_FILE,
@@ -144,6 +149,21 @@ class _Batch:
     def body(self) -> dict[str, Any]:
         parts = {"points": self.points, "events": self.events, "status": self.status}
         return {name: part for name, part in parts.items() if part}
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """A batch as the JSON the shipper sends: with orjson where it is installed (a
+    10,000-point batch in ~1 ms instead of ~30 with json, issue 23), else, or where orjson
+    cannot (a string with a lone surrogate, an integer beyond 64 bits), as ``requests``'
+    ``json=`` did (json, ASCII, no bare NaN). The spool holds no non-finite float (its
+    writer sends them as the strings "NaN", "Infinity", "-Infinity"); were one there
+    (a hand-edited spool), orjson writes null, which the server refuses (400)."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(body)
+        except orjson.JSONEncodeError:
+            pass
+    return json.dumps(body, allow_nan=False).encode()
 
 
 def _retry_after(response: requests.Response) -> float | None:
@@ -323,10 +343,14 @@ class Shipper:
         return records
 
     def _post(self, body: dict[str, Any], timeout: float) -> requests.Response:
-        headers = {"Authorization": f"Bearer {self._token}"}
+        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
         try:
             return self._session.post(
-                self.ingest_url, json=body, headers=headers, timeout=timeout, allow_redirects=False
+                self.ingest_url,
+                data=encode_body(body),
+                headers=headers,
+                timeout=timeout,
+                allow_redirects=False,
             )
         except requests.Timeout:
             raise TransientShipError(

@@ -22,15 +22,31 @@ its retokenization in the target's tokenizer as token strings (at most
 :data:`MAX_SAMPLE_TOKENS`, each at most :data:`MAX_TOKEN_CHARS` characters), the
 rollout's reward (finite or null) and whether the trainer cut the text or tokens to
 these bounds. Anything longer is refused (400), not cut: the trainer does the cutting.
+
+A body is read twice at most, with one answer. The fast reading (:func:`_parse_fast`)
+decodes with orjson and checks the points column by column (the types of a whole
+column at once, each distinct name once, the numbers as numpy arrays): a 10,000-point
+batch from the trainer in ~8 ms instead of ~29 (json.loads alone took 6-14, orjson takes
+3; issue 23). It only vouches for batches it accepts; when orjson refuses the body (it reads
+less than the standard library: lone surrogates, numbers beyond a double, nesting deeper
+than 1,024) or any check fails, the reference reading (:func:`_parse_reference`: json
+plus the per-record checks) reads the body again, and its answer, or its message naming
+the first bad field, is the reply. The two readings agree on every batch the fast one
+accepts (tests/webapp/test_batch_fast.py checks them against each other); the fast one
+gives the points as :class:`PointColumns`, a sequence of :class:`PointIn` kept as
+columns, which the PostgreSQL writer (:mod:`webapp.api.points_pg`) takes as they are.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast, overload
+
+import numpy as np
+import orjson
 
 from trainer.wire import (
     BATCH,
@@ -75,6 +91,7 @@ __all__ = [
     "BatchError",
     "EventIn",
     "IngestBatch",
+    "PointColumns",
     "PointIn",
     "StatusIn",
     "decode_json",
@@ -130,16 +147,124 @@ class StatusIn:
     message: str
 
 
+class PointColumns(Sequence[PointIn]):
+    """Points as columns: a sequence of :class:`PointIn` that keeps them as arrays.
+
+    ``pairs`` are the distinct (policy, key) in order of first appearance and
+    ``series[i]`` the index into it of point i; ``steps`` (int64), ``values`` and
+    ``wall_times`` (float64, NaN for a missing wall time: a wall time is finite or null)
+    are numpy arrays of equal length. Indexing or iterating gives :class:`PointIn`.
+    """
+
+    __slots__ = ("pairs", "series", "steps", "values", "wall_times")
+
+    def __init__(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        series: np.ndarray,
+        steps: np.ndarray,
+        values: np.ndarray,
+        wall_times: np.ndarray,
+    ) -> None:
+        self.pairs = list(pairs)
+        self.series = series.astype(np.intp, copy=False)
+        self.steps = steps.astype(np.int64, copy=False)
+        self.values = values.astype(np.float64, copy=False)
+        self.wall_times = wall_times.astype(np.float64, copy=False)
+        if not len(self.series) == len(self.steps) == len(self.values) == len(self.wall_times):
+            raise ValueError("the columns differ in length")
+
+    @classmethod
+    def of(cls, points: Sequence[PointIn]) -> PointColumns:
+        """``points`` as columns (themselves when they are columns already)."""
+        if isinstance(points, PointColumns):
+            return points
+        index: dict[tuple[str, str], int] = {}
+        series = [index.setdefault((p.policy, p.key), len(index)) for p in points]
+        n = len(series)
+        return cls(
+            list(index),
+            np.array(series, dtype=np.intp),
+            np.fromiter((p.step for p in points), np.int64, n),
+            np.fromiter((p.value for p in points), np.float64, n),
+            np.array([p.wall_time for p in points], dtype=np.float64).reshape(n),
+        )
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @overload
+    def __getitem__(self, index: int) -> PointIn: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[PointIn]: ...
+    def __getitem__(self, index: int | slice) -> PointIn | Sequence[PointIn]:
+        if isinstance(index, slice):
+            return self._take(np.arange(len(self))[index])
+        policy, key = self.pairs[self.series[index]]
+        wall_time = float(self.wall_times[index])
+        return PointIn(
+            policy,
+            key,
+            int(self.steps[index]),
+            float(self.values[index]),
+            None if math.isnan(wall_time) else wall_time,
+        )
+
+    def __iter__(self) -> Iterator[PointIn]:
+        pairs = self.pairs
+        columns = (self.series.tolist(), self.steps.tolist(), self.values.tolist())
+        for (i, step, value), wall_time in zip(
+            zip(*columns, strict=True), self.wall_times.tolist(), strict=True
+        ):
+            yield PointIn(*pairs[i], step, value, None if math.isnan(wall_time) else wall_time)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PointColumns({list(self)!r})"
+
+    def _take(self, rows: np.ndarray) -> PointColumns:
+        series, steps, values = self.series[rows], self.steps[rows], self.values[rows]
+        return PointColumns(self.pairs, series, steps, values, self.wall_times[rows])
+
+    def first_of_each(self) -> PointColumns:
+        """Without repeats of a (policy, key, step): the first one wins (as
+        :func:`first_of_each`)."""
+        # one int64 per (pair, step): a step is an int4, so 32 bits hold it shifted
+        identity = (self.series.astype(np.int64) << 32) + (self.steps + 2**31)
+        _, first = np.unique(identity, return_index=True)
+        if len(first) == len(self):
+            return self
+        first.sort()
+        return self._take(first)
+
+    def max_step(self) -> int | None:
+        return int(self.steps.max()) if len(self) else None
+
+
 @dataclass(frozen=True)
 class IngestBatch:
-    points: tuple[PointIn, ...] = ()
+    points: Sequence[PointIn] = ()
+    """A tuple of :class:`PointIn`, or :class:`PointColumns` from the fast reading."""
     events: tuple[EventIn, ...] = ()
     status: StatusIn | None = None
 
     @property
     def max_step(self) -> int | None:
         """The largest step of any point or event (None for an empty batch)."""
-        steps = [p.step for p in self.points] + [e.step for e in self.events]
+        points = self.points
+        if isinstance(points, PointColumns):
+            steps = [e.step for e in self.events]
+            point_max = points.max_step()
+            if point_max is not None:
+                steps.append(point_max)
+        else:
+            steps = [p.step for p in points] + [e.step for e in self.events]
         return max(steps) if steps else None
 
 
@@ -387,7 +512,16 @@ def decode_json(raw: bytes) -> Any:
 
 
 def parse_batch(raw: bytes) -> IngestBatch:
-    """Validate a whole request body; :class:`BatchError` names the first bad field."""
+    """Validate a whole request body; :class:`BatchError` names the first bad field.
+
+    The fast reading first; the reference reading when the fast one cannot vouch for the
+    body (see the module docstring): same batch, same errors, from either."""
+    batch = _parse_fast(raw)
+    return batch if batch is not None else _parse_reference(raw)
+
+
+def _parse_reference(raw: bytes) -> IngestBatch:
+    """The reference reading: json, then each record checked field by field, in order."""
     body = decode_json(raw)
     if not isinstance(body, dict):
         raise BatchError(f"body: must be a JSON object, not {_kind(body)}")
@@ -409,8 +543,128 @@ def parse_batch(raw: bytes) -> IngestBatch:
     )
 
 
-def first_of_each(points: tuple[PointIn, ...]) -> list[PointIn]:
+def _parse_fast(raw: bytes) -> IngestBatch | None:
+    """The fast reading: the batch, or None where it cannot vouch for the body (orjson
+    refuses it, or anything in it breaks a rule: the reference reading names what)."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(body) is not dict or not body.keys() <= BATCH_FIELDS:
+        return None
+    points, events = body.get("points", []), body.get("events", [])
+    if type(points) is not list or len(points) > MAX_POINTS:
+        return None
+    if type(events) is not list or len(events) > MAX_EVENTS:
+        return None
+    columns = _point_columns(points) if points else ()
+    if columns is None:
+        return None
+    status = body.get("status")
+    try:
+        kinds = _kinds() if events else frozenset()
+        return IngestBatch(
+            points=columns,
+            events=tuple(parse_event(f"events[{i}]", e, kinds) for i, e in enumerate(events)),
+            status=None if status is None else parse_status(status),
+        )
+    except BatchError:
+        return None
+
+
+_STRING_CHECKS = (_policy, _key)
+
+
+def _point_columns(records: list[Any]) -> PointColumns | None:
+    """``records`` (a non-empty list from orjson) as columns when every one is a valid
+    point, else None. Each rule of :func:`parse_point` is checked for a whole column at
+    once: the set of the records' types and field names, each distinct policy and key
+    once, and the numbers' types as a set before numpy reads them."""
+    if set(map(type, records)) != {dict}:
+        return None
+    shapes = [set(shape) for shape in set(map(tuple, records))]
+    if not all(POINT_REQUIRED <= shape <= POINT_FIELDS for shape in shapes):
+        return None
+    n = len(records)
+    policies = [record["policy"] for record in records]
+    keys = [record["key"] for record in records]
+    steps = [record["step"] for record in records]
+    values = [record["value"] for record in records]
+    if all("wall_time" in shape for shape in shapes):
+        wall_times = [record["wall_time"] for record in records]
+    else:
+        wall_times = [record.get("wall_time") for record in records]
+    try:
+        named = list(zip(policies, keys, strict=True))
+        index = {pair: i for i, pair in enumerate(dict.fromkeys(named))}
+        for pair in index:
+            for check, name in zip(_STRING_CHECKS, pair, strict=True):
+                check("points[?]", name)
+        series = np.fromiter(map(index.__getitem__, named), np.intp, n)
+    except (TypeError, BatchError):  # TypeError: a name that is a list or an object
+        return None
+    step_column = _step_column(steps)
+    value_column = _value_column(values)
+    wall_column = _wall_time_column(wall_times)
+    if step_column is None or value_column is None or wall_column is None:
+        return None
+    return PointColumns(list(index), series, step_column, value_column, wall_column)
+
+
+def _step_column(steps: Sequence[Any]) -> np.ndarray | None:
+    """Integer literals (not booleans) in [0, 2**31 - 1], or None."""
+    if set(map(type, steps)) != {int}:
+        return None
+    try:
+        column = np.array(steps, dtype=np.int64)
+    except OverflowError:
+        return None
+    if column.min() < POINT["step"].minimum or column.max() > POINT["step"].maximum:
+        return None
+    return column
+
+
+_NUMBER_TYPES = frozenset({int, float})
+
+
+def _value_column(values: Sequence[Any]) -> np.ndarray | None:
+    """Numbers or the :data:`NON_FINITE` strings, as float64 (as ``float()`` reads them;
+    an integer beyond a double is refused, as by :func:`_metric_value`), or None."""
+    types = set(map(type, values))
+    if not types <= _NUMBER_TYPES | {str}:
+        return None
+    if str in types:
+        if not {v for v in values if type(v) is str} <= NON_FINITE.keys():
+            return None
+        values = [NON_FINITE[v] if type(v) is str else v for v in values]
+    try:
+        if int in types:
+            values = [float(v) for v in values]
+    except OverflowError:
+        return None
+    return np.array(values, dtype=np.float64)
+
+
+def _wall_time_column(wall_times: Sequence[Any]) -> np.ndarray | None:
+    """Finite numbers or null, as float64 with NaN for null, or None."""
+    types = set(map(type, wall_times))
+    if not types <= _NUMBER_TYPES | {type(None)}:
+        return None
+    try:
+        if int in types:
+            wall_times = [v if v is None else float(v) for v in wall_times]
+    except OverflowError:
+        return None
+    column = np.array(wall_times, dtype=np.float64)  # None becomes NaN
+    if np.isinf(column).any() or np.count_nonzero(np.isnan(column)) != wall_times.count(None):
+        return None  # an infinity, or a NaN that was not a null (orjson gives none)
+    return column
+
+
+def first_of_each(points: Sequence[PointIn]) -> Sequence[PointIn]:
     """``points`` without repeats of a (policy, key, step): the first one wins."""
+    if isinstance(points, PointColumns):
+        return points.first_of_each()
     seen: set[tuple[str, str, int]] = set()
     unique = []
     for point in points:

@@ -6,10 +6,12 @@ changes nothing, so a replayed batch is harmless.
 
 On PostgreSQL each part is one set-based statement: the series are got-or-created with
 ``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING`` and then selected, the
-points go in with one ``INSERT ... SELECT * FROM unnest(bigint[], int[], float8[],
-float8[]) ON CONFLICT DO NOTHING`` (NaN and +-Infinity are stored as such), and so do
-the events. Elsewhere (SQLite, the demo) ``bulk_create(ignore_conflicts=True)`` with
-counts from before and after; SQLite stores NaN as NULL, which readers treat as NaN.
+points go in with a binary ``COPY`` (those above their series' last stored step) and one
+``INSERT ... SELECT * FROM unnest(bigint[], int[], float8[], float8[]) ON CONFLICT DO
+NOTHING`` (the others), built from numpy columns (:mod:`webapp.api.points_pg`; NaN and
++-Infinity are stored as such), and the events with one such INSERT. Elsewhere (SQLite,
+the demo) ``bulk_create(ignore_conflicts=True)`` with counts from before and after;
+SQLite stores NaN as NULL, which readers treat as NaN.
 """
 
 from __future__ import annotations
@@ -22,8 +24,17 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Q
 
-from webapp.api.batch import EventIn, IngestBatch, PointIn, StatusIn, first_events, first_of_each
-from webapp.experiments import series_packs, services
+from webapp.api import points_pg
+from webapp.api.batch import (
+    EventIn,
+    IngestBatch,
+    PointColumns,
+    PointIn,
+    StatusIn,
+    first_events,
+    first_of_each,
+)
+from webapp.experiments import series_packs, series_rollups, services
 from webapp.experiments.models import MetricPoint, MetricSeries, Run, TransferEvent
 
 SeriesKey = tuple[str, str]  # (policy, key)
@@ -76,9 +87,11 @@ def metrics_ingest(*, run: Run, batch: IngestBatch) -> IngestResult:
             # transaction; the shared lock keeps a pack being built meanwhile from
             # missing them (webapp.experiments.series_packs).
             series_packs.ingest_lock(run.pk)
-            points_new = _points_store(run.pk, points)
+            points_new, lows = _points_store(run.pk, points)
             if points_new:
                 series_packs.packs_drop(run.pk)
+                # a late point makes the rollup blocks holding its step stale
+                series_rollups.rollups_invalidate(lows)
         events_new = _events_store(run.pk, events) if events else 0
         step = batch.max_step
         if step is not None:
@@ -138,14 +151,21 @@ def _status_apply(run: Run, status: StatusIn) -> StatusOutcome:
 # --------------------------------------------------------------------------- points
 
 
-def _points_store(run_id: int, points: Sequence[PointIn]) -> int:
-    """Insert ``points`` (no repeated keys); the number that were new."""
-    pairs = sorted({(p.policy, p.key) for p in points})
+def _points_store(run_id: int, points: Sequence[PointIn]) -> tuple[int, dict[int, int]]:
+    """Insert ``points`` (no repeated keys): the number that were new, and per series that
+    got new points the lowest step among them (what the rollups need to know; on the
+    portable path, which has no rollups, the lowest step of the batch's points)."""
+    columns = PointColumns.of(points)
+    pairs = sorted(columns.pairs)
     if connection.vendor == "postgresql":
         ids = _series_ids_postgres(run_id, pairs)
-        return _points_insert_postgres(points, ids)
+        return _points_insert_postgres(columns, ids)
     ids = _series_ids_portable(run_id, pairs)
-    return _points_insert_portable(points, ids)
+    lows: dict[int, int] = {}
+    for p in points:
+        series_id = ids[(p.policy, p.key)]
+        lows[series_id] = min(p.step, lows.get(series_id, p.step))
+    return _points_insert_portable(points, ids), lows
 
 
 def _table(model: type[Any]) -> str:
@@ -194,15 +214,11 @@ def _bulk_execute(sql: str, params: Sequence[Any]) -> int:
         return cursor.rowcount
 
 
-def _points_insert_postgres(points: Sequence[PointIn], ids: dict[SeriesKey, int]) -> int:
-    rows = sorted((ids[(p.policy, p.key)], p.step, p.value, p.wall_time) for p in points)
-    columns = [list(column) for column in zip(*rows, strict=True)]
-    sql = (
-        f"INSERT INTO {_table(MetricPoint)} (series_id, step, value, wall_time) "
-        "SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[], %s::float8[]) "
-        "ON CONFLICT DO NOTHING"
-    )
-    return _bulk_execute(sql, columns)
+def _points_insert_postgres(
+    columns: PointColumns, ids: dict[SeriesKey, int]
+) -> tuple[int, dict[int, int]]:
+    series_ids = [ids[pair] for pair in columns.pairs]
+    return points_pg.points_insert(_table(MetricPoint), columns, series_ids)
 
 
 def _series_ids_portable(run_id: int, pairs: Sequence[SeriesKey]) -> dict[SeriesKey, int]:
