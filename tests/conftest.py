@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.test import override_settings
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from trainer.zoo import build_zoo
@@ -34,13 +35,60 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+SLURM_GROUP = "slurm-cluster"
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
     """Under ``-n`` (pytest-xdist, ``--dist loadgroup``), the tests marked ``slurm`` go to
     one worker, which runs them one at a time: they share the one-node cluster (a test
-    fills every CPU of it, another restarts slurmctld). Everything else spreads."""
+    fills every CPU of it, another restarts slurmctld). Everything else spreads.
+
+    The group is the largest unit of work, so xdist hands it out first (its
+    ``--loadscope-reorder``, on by default): one worker starts on the cluster's tests
+    while the other takes everything else, and helps with what is left when it is done."""
+    if item.get_closest_marker("slurm"):
+        item.add_marker(pytest.mark.xdist_group(SLURM_GROUP))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the tests in their ``xdist_group`` where xdist's own hook could not.
+
+    pytest-xdist 3.8 groups a test by appending ``@<group>`` to ``item._nodeid``, which
+    pytest 9.2 no longer reads (node ids are structured, ``item._id``): the groups were
+    silently ignored, and the ``slurm`` tests ran on both workers at once
+    (pytest-dev/pytest-xdist#1386). Only in a worker under ``--dist loadgroup`` (xdist
+    sets ``loadgroup`` there); the suffix, as xdist writes it, is what its scheduler
+    reads, and a test that already carries it is left alone."""
+    if not getattr(config.option, "loadgroup", False):
+        return
     for item in items:
-        if item.get_closest_marker("slurm"):
-            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+        groups = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(groups))
+        if groups and not item.nodeid.endswith(suffix):
+            from _pytest.nodeid import NodeId  # pytest >= 9.2, where the suffix is lost
+
+            item._id = NodeId.parse(item.nodeid + suffix)  # type: ignore[attr-defined]
+
+
+FAST_PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    *settings.PASSWORD_HASHERS,
+]
+"""MD5 first: the actors' passwords (and the browser tests' logins) hash in microseconds,
+not the second or two PBKDF2's iterations take on a busy two-core machine; the others
+stay listed, so a hash made with them still checks."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing() -> Iterator[None]:
+    """For the whole session, module- and session-scoped fixtures included (the web-app
+    tests' own fixture narrows it to MD5 alone)."""
+    with override_settings(PASSWORD_HASHERS=FAST_PASSWORD_HASHERS):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -74,7 +74,9 @@ from trainer.shipper import Shipper
 from trainer.spool import Spool, make_event, make_point, read_events, read_points
 from webapp.experiments.models import MetricPoint, Run, TransferEvent
 
-pytestmark = pytest.mark.integration
+# One worker starts the module's app (gunicorn on a Postgres of its own); spread over
+# two, both would (tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("integration-faults-data")]
 
 POLICIES = ("llama", "gpt2", m.POOL)
 

@@ -23,6 +23,10 @@ from trainer.evals.synthetic import write_synthetic_suite
 from trainer.models import load_causal_lm, load_tokenizer
 from trainer.spool import read_points
 
+# One worker builds the module's trained run and its evaluation job (about a minute each
+# on a busy machine); spread over two, both would (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("trainer-evals-eval-run")
+
 SIZE = 4
 STEPS = (2, 4)
 

@@ -16,6 +16,10 @@ from trainer.evals.suite import SuiteConfig
 from trainer.evals.synthetic import write_synthetic_suite
 from trainer.spool import read_points
 
+# One worker trains the module's checkpoint (most of a minute on a busy machine); spread
+# over two, both would (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("trainer-evals-evaluate")
+
 SIZE = 6
 
 
