@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -70,9 +71,16 @@ class ConfigField:
         return self.default is MISSING
 
 
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, once per class: it evaluates every annotation
+    again at each call (about 2 ms a section), and a form is built from them often."""
+    return typing.get_type_hints(cls)
+
+
 def config_fields(cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> list[ConfigField]:
     """The scalar fields of dataclass ``cls``, in declaration order (sections skipped)."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     result = []
     for spec in fields(cls):
         if spec.name in exclude:
@@ -108,7 +116,7 @@ def config_fields(cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> l
 def section_names() -> list[str]:
     """RunConfig's sections in declaration order: its fields that are config dataclasses,
     and, where its ``sections`` field is, every registered regime's (display order)."""
-    hints = typing.get_type_hints(RunConfig)
+    hints = type_hints(RunConfig)
     names: list[str] = []
     for spec in fields(RunConfig):
         if spec.metadata.get("regime_sections"):
@@ -124,7 +132,7 @@ def section_class(name: str) -> type:
         config = regime_spec(name).config
         assert config is not None
         return config
-    hint = typing.get_type_hints(RunConfig).get(name)
+    hint = type_hints(RunConfig).get(name)
     if not (isinstance(hint, type) and is_dataclass(hint)):
         raise KeyError(f"no config section {name!r}; the sections are {section_names()}")
     return hint

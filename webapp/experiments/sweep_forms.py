@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 from typing import Any
 
 from django import forms
@@ -18,6 +17,7 @@ from webapp.experiments.configform import (
     section_class,
     section_names,
     section_switch,
+    type_hints,
 )
 from webapp.experiments.models import NAME_VALIDATOR
 
@@ -30,7 +30,7 @@ def sweepable_paths() -> list[tuple[str, type]]:
     config's order: ``steps``..., each section's (``grpo.kl_coef``...) and, where RunConfig
     keeps them, the registered regimes' (``sgt.lambda_sgt``...: read now)."""
     paths: list[tuple[str, type]] = []
-    hints = typing.get_type_hints(RunConfig)
+    hints = type_hints(RunConfig)
     for field in dataclasses.fields(RunConfig):
         if field.name in SKIPPED_TOP_LEVEL:
             continue
@@ -44,7 +44,7 @@ def sweepable_paths() -> list[tuple[str, type]]:
             continue
         for section in sections:
             cls = section_class(section)
-            section_hints = typing.get_type_hints(cls)
+            section_hints = type_hints(cls)
             for sub in dataclasses.fields(cls):
                 if section_hints[sub.name] in (int, float):
                     paths.append((f"{section}.{sub.name}", section_hints[sub.name]))
