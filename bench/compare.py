@@ -182,8 +182,9 @@ def main() -> None:
     parser.add_argument(
         "--tail",
         type=int,
-        default=100,
-        help="steps of each run left after the last rollup tick (a run that just finished)",
+        default=10,
+        help="steps of each run left after the last rollup tick (a run that just finished; "
+        "the beat ticks every 5 s: 10 steps at 2 steps/s)",
     )
     args = parser.parse_args()
 

@@ -68,7 +68,7 @@ from bench.ingest import (
 REPO = Path(__file__).resolve().parents[1]
 USERS = 20
 EXPERIMENTS = 100
-ROLLUP_TAIL = 100  # steps of a run after the beat's last rollup tick
+ROLLUP_TAIL = 10  # steps a run makes after the beat's last rollup tick (5 s at 2 steps/s)
 SEEDS = 5
 POLICIES = ("llama", "qwen", "gpt2", "phi")
 REGIMES = ("standalone", "prp", "xgrpo", "sgt")

@@ -148,13 +148,14 @@ def test_the_pack_task_rolls_up_running_runs_then_the_finished_ones_before_packi
     run = Run.objects.get(pk=queued_run.pk)
     _ingest(run, range(100))
     assert series_pack() == 0  # running: rolled up, not packed
-    assert _watermarks(run) == [("llama", 63), ("qwen", 63)]  # one complete 64-step block
-    assert SeriesRollup.objects.filter(series__run=run, level=0).count() == 2
+    assert _watermarks(run) == [("llama", 99), ("qwen", 99)]
+    # a complete 64-step block and a partial one, each series
+    assert SeriesRollup.objects.filter(series__run=run, level=0).count() == 4
     _ingest(run, range(100, 300))
     backend.states["101"] = JobStatus("completed", 0, "gpu-7")
     assert sync() == {"completed": 1}
     assert series_pack() == 1
-    assert _watermarks(run) == [("llama", 255), ("qwen", 255)]  # the last partial block stays raw
+    assert _watermarks(run) == [("llama", 299), ("qwen", 299)]
     assert _packed(run) == [("llama", 300), ("qwen", 300)]
     _ingest(run, range(300, 320))  # late points: unpacked, rolled up again on the next tick
     assert series_pack() == 1

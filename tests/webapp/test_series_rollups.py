@@ -103,7 +103,7 @@ def test_the_sweep_rolls_up_complete_blocks_and_reads_match_the_points(
 
     assert series_rollups.run_rollup(run.pk) > 0
     mark = watermark(series_id)
-    assert mark == (steps[-1] + 1) // 64 * 64 - 1
+    assert mark == steps[-1]  # its 64-step block stored with the points it has so far
     by_level = dict(
         SeriesRollup.objects.filter(series_id=series_id)
         .values_list("level")
@@ -118,7 +118,8 @@ def test_the_sweep_rolls_up_complete_blocks_and_reads_match_the_points(
             )
         )
         size = 64 * 4**level
-        assert total == sum(1 for s in steps if s < (mark + 1) // size * size)
+        complete = (mark + 1) // size * size  # above level 0, whole blocks only
+        assert total == (len(steps) if level == 0 else sum(1 for s in steps if s < complete))
     assert_reads_match_the_points(series_id)
     assert series_rollups.run_rollup(run.pk) == 0  # nothing new: nothing written
 
@@ -144,7 +145,7 @@ def test_late_points_make_their_blocks_stale_until_the_next_sweep(
     ship(client, run, token, [(s, math.sin(s)) for s in range(0, 40_000, 2)])  # even steps
     series_id = series_id_of(run)
     series_rollups.run_rollup(run.pk)
-    assert watermark(series_id) == 39_999 // 64 * 64 - 1
+    assert watermark(series_id) == 39_998
     # late points: odd steps in the middle, a new global maximum and minimum among them
     late = [(s, 0.25) for s in range(10_001, 10_400, 2)] + [(20_001, 99.0), (30_001, -99.0)]
     reply = ship(client, run, token, late)
@@ -155,7 +156,7 @@ def test_late_points_make_their_blocks_stale_until_the_next_sweep(
     assert (20_001, 99.0) in got.points and (30_001, -99.0) in got.points
 
     series_rollups.run_rollup(run.pk)
-    assert watermark(series_id) == 39_999 // 64 * 64 - 1
+    assert watermark(series_id) == 39_998
     assert_reads_match_the_points(series_id)
 
 
@@ -192,7 +193,7 @@ def test_the_sweep_takes_running_and_unpacked_runs_only(
 ) -> None:
     ship(client, run, token, [(s, 1.0) for s in range(1_000)])
     runs, blocks = series_rollups.rollups_sweep(10)
-    assert runs == 1 and blocks == 15 + 3  # 15 blocks of 64 steps, 3 of 256
+    assert runs == 1 and blocks == 16 + 3  # 16 blocks of 64 steps (one partial), 3 of 256
     Run.objects.filter(pk=run.pk).update(series_packed=True)
     ship(client, run, token, [(s, 1.0) for s in range(1_000, 2_000)])  # clears the mark
     assert Run.objects.get(pk=run.pk).series_packed is False
@@ -230,3 +231,21 @@ def test_comparison_buckets_of_an_unpacked_run_read_from_blocks_equal_the_points
         )
     )
     assert same(got, stored(ids[0]))
+
+
+def test_a_block_left_partial_by_one_sweep_is_built_whole_by_the_next(
+    client: Client, run: Run, token: str
+) -> None:
+    ship(client, run, token, [(s, float(s)) for s in range(100)])
+    series_id = series_id_of(run)
+    series_rollups.run_rollup(run.pk)
+    assert watermark(series_id) == 99
+    ship(client, run, token, [(s, float(s)) for s in range(100, 200)])  # 100-127 join block 1
+    for expected_mark in (99, 199):  # before the next sweep (raw after 99), then after it
+        assert watermark(series_id) == expected_mark
+        columns = series_rollups.chunk_columns([series_id], 0, 199)
+        steps = np.sort(np.concatenate([np.frombuffer(s, ">i4") for _, s, _ in columns]))
+        assert steps.tolist() == list(range(200))
+        series_rollups.run_rollup(run.pk)
+    block = SeriesRollup.objects.get(series_id=series_id, level=0, block=1)
+    assert block.n_points == 64 and len(block.steps) == 64 * 4

@@ -380,7 +380,8 @@ class SeriesRollup(models.Model):
     blocks (64 steps) also keep their points, as a pack does (big-endian int4 steps and
     float8 values, in step order), for reads that need every point.
 
-    A block is current while it ends at or before its series' ``rolled_through``; rows
+    A block is current for its steps up to its series' ``rolled_through`` (the 64-step
+    block holding that step may be partial: it has the points up to it); rows
     beyond it are stale and no reader looks at them. Built by the rollup sweep
     (:mod:`webapp.experiments.series_rollups`); the raw points stay the source of truth.
     A block with no points has no row.

@@ -21,9 +21,11 @@ reader looks past it, and the steps after it are read from the points.
 
 - **The sweep** (:func:`rollups_sweep`, each tick of beat's ``series_pack`` task, before
   the packing): for each run not packed yet (running, or finished and waiting for its
-  packs, or given late points), it rolls every series up to its last complete 64-step
-  block: level 0 from the points, each level above from the one below, upserting
-  stale rows, then raises the watermark. A finished run's last partial block stays raw.
+  packs, or given late points), it rolls every series up to its last step: level 0
+  from the points (the 64-step block holding the last step with the points it has so
+  far; the next sweep builds it again whole), each level above from the complete
+  blocks of the one below, upserting stale rows, then raises the watermark to that
+  step. Min/max reads use complete blocks only; comparisons read the partial one too.
 - **Ingestion** (:func:`rollups_invalidate`): a new point at or below a series'
   watermark (a late point) lowers the watermark to the end of the 64-step block before
   it, in the ingestion's transaction; every block containing that step is then stale and
@@ -69,9 +71,12 @@ def watermark_after(step: int) -> int:
 
 
 def watermark_for(last_step: int) -> int:
-    """The watermark of a series whose highest step is ``last_step``: the end of its last
-    complete 64-step block (-1: none)."""
-    return ((last_step + 1) // BASE) * BASE - 1
+    """The watermark the sweep gives a series whose highest step is ``last_step``: that
+    step. The 64-step block holding it is stored with the points it has so far (the
+    packed points that comparisons read); the coarser min/max reads use only complete
+    blocks (:func:`webapp.api.downsample.cover`), and the next sweep rebuilds the
+    partial block whole."""
+    return last_step
 
 
 # --------------------------------------------------------------------------- ingestion
@@ -195,7 +200,7 @@ def rollups_sweep(max_runs: int) -> tuple[int, int]:
 
 
 def run_rollup(run_id: int) -> int | None:
-    """Roll up every series of run ``run_id`` to its last complete 64-step block, in one
+    """Roll up every series of run ``run_id`` to its last step, in one
     transaction holding the run's pack lock; the number of block rows written, or None
     when the lock is taken (an ingestion in flight)."""
     with transaction.atomic(), connection.cursor() as cursor:
@@ -225,7 +230,9 @@ def _advance(cursor: object, advances: Sequence[Advance]) -> int:
     ids = [a.series_id for a in advances]
     params = {
         "ids": ids,
-        "froms": [a.old + 1 for a in advances],
+        # from the start of the block holding old + 1: a block left partial by the last
+        # sweep is built again whole
+        "froms": [(a.old + 1) // BASE * BASE for a in advances],
         "tos": [a.new for a in advances],
     }
     cursor.execute(_LEVEL0_SQL.format(rollups=rollups, points=points, base=BASE), params)
@@ -352,23 +359,26 @@ _RAW_COLUMNS_SQL = """
 
 def chunk_columns(series_ids: Sequence[int], lo: int, hi: int) -> list[tuple[int, bytes, bytes]]:
     """Every point with a step in [lo, hi] of each of ``series_ids``, as packed columns
-    (big-endian int4 steps, float8 values; a series may come in several rows): the
-    level-0 blocks inside the range and under the series' watermark from their packed
-    points, the rest from the points table. On the caller's transaction."""
+    (big-endian int4 steps, float8 values; a series may come in several rows), and maybe
+    a few after ``hi`` (the rest of its last block: the caller filters): the level-0
+    blocks that start in the range, up to the series' watermark, from their packed
+    points (a block holds its points up to the watermark), the rest from the points
+    table. On the caller's transaction."""
     marks = watermarks(series_ids)
     chunked: list[tuple[int, int, int]] = []
     raw: list[tuple[int, int, int]] = []
     for pk in series_ids:
-        first = -(-lo // BASE)
-        last = (min(hi, marks.get(pk, -1)) + 1) // BASE - 1
-        if first > last:
+        mark = marks.get(pk, -1)
+        first = -(-lo // BASE)  # the first block that starts in the range
+        last = min(hi, mark) // BASE  # the block holding the range's last rolled step
+        if mark < 0 or first > last:
             raw.append((pk, lo, hi))
             continue
         chunked.append((pk, first, last))
         if lo < first * BASE:
             raw.append((pk, lo, first * BASE - 1))
-        if (last + 1) * BASE <= hi:
-            raw.append((pk, (last + 1) * BASE, hi))
+        if mark < hi:
+            raw.append((pk, mark + 1, hi))
     rows: list[tuple[int, bytes, bytes]] = []
     if chunked:
         sql = _CHUNKS_SQL.format(rollups=_table(SeriesRollup))
