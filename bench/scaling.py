@@ -341,29 +341,17 @@ class LocalHub:
         return self.world_size
 
     def all_gather_object(self, output: list[Any], obj: Any) -> None:
-        rank = self.get_rank()
-        call = self.local.calls
-        self.local.calls += 1
-        started = time.thread_time()
-        buffer = io.BytesIO()
-        pickle.Pickler(buffer).dump(obj)  # torch's _object_to_tensor
-        data = buffer.getvalue()
-        with self._lock:
-            self._buffers.setdefault(call, {})[rank] = data
-            self.sizes.setdefault(call, {})[rank] = len(data)
-            self._buffers.pop(call - 2, None)
-        serialised = time.thread_time()
-        self._wait()
-        resumed = time.thread_time()
-        with self._lock:
-            received = dict(self._buffers[call])
-        for index in range(self.world_size):
-            output[index] = pickle.loads(received[index])  # torch's _tensor_to_object
-        self.serde[rank] += (serialised - started) + (time.thread_time() - resumed)
+        self._collect(obj, output)
 
     def gather_object(self, obj: Any, output: list[Any] | None, dst: int = 0) -> None:
         """``dist.gather_object``: as :meth:`all_gather_object`, but only ``dst`` unpickles
         (and receives) the records."""
+        self._collect(obj, output if self.get_rank() == dst else None)
+
+    def _collect(self, obj: Any, output: list[Any] | None) -> None:
+        """Publish ``obj`` pickled as torch's ``_object_to_tensor`` does, wait for every
+        rank, and unpickle every rank's into ``output`` (None: receive nothing); the
+        (de)serialisation is timed as this rank's."""
         rank = self.get_rank()
         call = self.local.calls
         self.local.calls += 1
@@ -378,11 +366,11 @@ class LocalHub:
         serialised = time.thread_time()
         self._wait()
         resumed = time.thread_time()
-        if rank == dst and output is not None:
+        if output is not None:
             with self._lock:
                 received = dict(self._buffers[call])
             for index in range(self.world_size):
-                output[index] = pickle.loads(received[index])
+                output[index] = pickle.loads(received[index])  # torch's _tensor_to_object
         self.serde[rank] += (serialised - started) + (time.thread_time() - resumed)
 
     def barrier_wait(self) -> None:
