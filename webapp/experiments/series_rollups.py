@@ -335,7 +335,7 @@ def watermarks(series_ids: Sequence[int]) -> dict[int, int]:
 # (a join over all the series sorted 46,000 blocks of 800 bytes first: 3x slower).
 _CHUNKS_SQL = """
     SELECT t.id, c.steps, c.vals
-    FROM unnest(%(ids)s::bigint[], %(firsts)s::int[], %(lasts)s::int[]) AS t(id, k1, k2)
+    FROM unnest(%(ids)s::bigint[], %(los)s::int[], %(his)s::int[]) AS t(id, k1, k2)
     CROSS JOIN LATERAL (
         SELECT string_agg(r.steps, '' ORDER BY r.block) AS steps,
                string_agg(r."values", '' ORDER BY r.block) AS vals
@@ -346,7 +346,7 @@ _CHUNKS_SQL = """
 """
 _RAW_COLUMNS_SQL = """
     SELECT t.id, c.steps, c.vals
-    FROM unnest(%(ids)s::bigint[], %(froms)s::int[], %(tos)s::int[]) AS t(id, lo, hi)
+    FROM unnest(%(ids)s::bigint[], %(los)s::int[], %(his)s::int[]) AS t(id, lo, hi)
     CROSS JOIN LATERAL (
         SELECT string_agg(int4send(p.step), '') AS steps,
                string_agg(float8send(coalesce(p.value, 'NaN')), '') AS vals
@@ -380,20 +380,12 @@ def chunk_columns(series_ids: Sequence[int], lo: int, hi: int) -> list[tuple[int
         if mark < hi:
             raw.append((pk, mark + 1, hi))
     rows: list[tuple[int, bytes, bytes]] = []
-    if chunked:
-        sql = _CHUNKS_SQL.format(rollups=_table(SeriesRollup))
-        params = {
-            "ids": [c[0] for c in chunked],
-            "firsts": [c[1] for c in chunked],
-            "lasts": [c[2] for c in chunked],
-        }
-        rows.extend(series_packs.binary_rows(sql, params))
-    if raw:
-        sql = _RAW_COLUMNS_SQL.format(points=_table(MetricPoint))
-        params = {
-            "ids": [r[0] for r in raw],
-            "froms": [r[1] for r in raw],
-            "tos": [r[2] for r in raw],
-        }
-        rows.extend(series_packs.binary_rows(sql, params))
+    for sql, spans in (
+        (_CHUNKS_SQL.format(rollups=_table(SeriesRollup)), chunked),
+        (_RAW_COLUMNS_SQL.format(points=_table(MetricPoint)), raw),
+    ):
+        if spans:
+            params = {"ids": [t[0] for t in spans], "los": [t[1] for t in spans]}
+            params["his"] = [t[2] for t in spans]
+            rows.extend(series_packs.binary_rows(sql, params))
     return [(pk, bytes(steps), bytes(values)) for pk, steps, values in rows]
