@@ -6,6 +6,7 @@ too: :mod:`webapp.experiments.series_rollups`), then packs a few finished ones."
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -18,29 +19,34 @@ log = logging.getLogger(__name__)
 def pack_finished_runs() -> int:
     """Pack the series of a few finished runs that are not all packed yet
     (``PACK_RUNS_PER_SYNC``; :func:`webapp.experiments.series_packs.packs_sweep`), so
-    that comparisons read packs. A read cache: a failure is logged, the next tick tries
-    again, and comparisons read the points meanwhile. The number of runs packed."""
-    try:
-        runs, series = series_packs.packs_sweep(settings.PACK_RUNS_PER_SYNC)
-    except DatabaseError as exc:
-        log.warning("packing finished runs' series failed: %s", exc)
-        return 0
-    if runs:
-        log.info("packed %d series of %d finished runs", series, runs)
-    return runs
+    that comparisons read packs. The number of runs packed."""
+    return _read_cache_sweep(
+        "packing finished runs' series",
+        lambda: series_packs.packs_sweep(settings.PACK_RUNS_PER_SYNC),
+        "packed %d series of %d finished runs",
+    )
 
 
 def roll_up_runs() -> int:
     """Roll up the series of the runs not packed yet (``ROLLUP_RUNS_PER_SYNC``;
     :func:`webapp.experiments.series_rollups.rollups_sweep`), so that long series and
-    comparisons of running or just-finished runs read block summaries. A read cache: a
-    failure is logged, the next tick tries again, readers read the points meanwhile.
-    The number of runs rolled up."""
+    comparisons of running or just-finished runs read block summaries. The number of
+    runs rolled up."""
+    return _read_cache_sweep(
+        "rolling up runs' series",
+        lambda: series_rollups.rollups_sweep(settings.ROLLUP_RUNS_PER_SYNC),
+        "rolled up %d blocks of %d runs",
+    )
+
+
+def _read_cache_sweep(what: str, sweep: Callable[[], tuple[int, int]], done: str) -> int:
+    """Run one sweep of a read cache: (runs, items) -> runs. A failure is logged and
+    the next tick tries again; readers read the points meanwhile."""
     try:
-        runs, blocks = series_rollups.rollups_sweep(settings.ROLLUP_RUNS_PER_SYNC)
+        runs, items = sweep()
     except DatabaseError as exc:
-        log.warning("rolling up runs' series failed: %s", exc)
+        log.warning("%s failed: %s", what, exc)
         return 0
-    if blocks:
-        log.info("rolled up %d runs (%d blocks)", runs, blocks)
+    if items:
+        log.info(done, items, runs)
     return runs

@@ -6,10 +6,11 @@ changes nothing, so a replayed batch is harmless.
 
 On PostgreSQL each part is one set-based statement: the series are got-or-created with
 ``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING`` and then selected, the
-points go in with a binary ``COPY`` (those above their series' last stored step) and one
-``INSERT ... SELECT * FROM unnest(bigint[], int[], float8[], float8[]) ON CONFLICT DO
-NOTHING`` (the others), built from numpy columns (:mod:`webapp.api.points_pg`; NaN and
-+-Infinity are stored as such), and the events with one such INSERT. Elsewhere (SQLite,
+points go in with one binary ``COPY`` when every point is above its series' last stored
+step, else with one ``INSERT ... SELECT * FROM unnest(bigint[], int[], float8[],
+float8[]) ON CONFLICT DO NOTHING``, both built from numpy columns
+(:mod:`webapp.api.points_pg`; NaN and +-Infinity are stored as such), and the events
+with one such INSERT. Elsewhere (SQLite,
 the demo) ``bulk_create(ignore_conflicts=True)`` with counts from before and after;
 SQLite stores NaN as NULL, which readers treat as NaN.
 """
@@ -153,19 +154,15 @@ def _status_apply(run: Run, status: StatusIn) -> StatusOutcome:
 
 def _points_store(run_id: int, points: Sequence[PointIn]) -> tuple[int, dict[int, int]]:
     """Insert ``points`` (no repeated keys): the number that were new, and per series that
-    got new points the lowest step among them (what the rollups need to know; on the
-    portable path, which has no rollups, the lowest step of the batch's points)."""
+    got new points the lowest step among them (what the rollups need to know; none on the
+    portable path, which has no rollups)."""
     columns = PointColumns.of(points)
     pairs = sorted(columns.pairs)
     if connection.vendor == "postgresql":
         ids = _series_ids_postgres(run_id, pairs)
         return _points_insert_postgres(columns, ids)
     ids = _series_ids_portable(run_id, pairs)
-    lows: dict[int, int] = {}
-    for p in points:
-        series_id = ids[(p.policy, p.key)]
-        lows[series_id] = min(p.step, lows.get(series_id, p.step))
-    return _points_insert_portable(points, ids), lows
+    return _points_insert_portable(points, ids), {}
 
 
 def _table(model: type[Any]) -> str:

@@ -57,7 +57,8 @@ FANOUT = ROLLUP_SIZES[1] // ROLLUP_SIZES[0]
 
 
 def rollups_enabled() -> bool:
-    return connection.vendor == "postgresql"
+    """Where packs are (PostgreSQL): the rollups share their lock and their sweep."""
+    return series_packs.packs_enabled()
 
 
 def _table(model: type) -> str:
