@@ -120,26 +120,42 @@ class SchedulerWorld:
 
 
 @pytest.fixture(scope="session")
-def scheduler_world(
+def scheduler_world_session(
     live_server: Any,
     django_db_setup: None,
     zoo_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SchedulerWorld]:
-    """The whole launch path: this process enqueues, a real worker submits to a real
-    backend, the job's trainer ships to the live server, the test watches Postgres."""
-    from scheduler.celery import app
-
+    """The world's worker, started once a session; tests take :func:`scheduler_world`."""
     # pytest's tmp dirs hold no characters the job-path pattern refuses.
     run_root = tmp_path_factory.mktemp("runs")
     env = job_environment(live_server.url, run_root, zoo_dir)
-    with run_settings(run_root, zoo_dir):
-        worker = start_celery_worker(tmp_path_factory, extra_env=env)
-        default_queue = app.conf.task_default_queue
-        app.conf.task_default_queue = worker.queue
-        yield SchedulerWorld(worker=worker, run_root=run_root, live_url=live_server.url)
+    worker = start_celery_worker(tmp_path_factory, extra_env=env)
+    yield SchedulerWorld(worker=worker, run_root=run_root, live_url=live_server.url)
+    stop_celery_worker(worker)
+
+
+@pytest.fixture
+def scheduler_world(
+    scheduler_world_session: SchedulerWorld, zoo_dir: Path
+) -> Iterator[SchedulerWorld]:
+    """The whole launch path: this process enqueues, a real worker submits to a real
+    backend, the job's trainer ships to the live server, the test watches Postgres.
+
+    This process sends to the worker's queue (and takes its RUN_ROOT and ZOO_DIR) only
+    while the test that asked for the world runs: a later test of the same pytest worker
+    that launches a run must not have it submitted, and its token replaced, by this one.
+    """
+    from scheduler.celery import app
+
+    world = scheduler_world_session
+    default_queue = app.conf.task_default_queue
+    app.conf.task_default_queue = world.worker.queue
+    try:
+        with run_settings(world.run_root, zoo_dir):
+            yield world
+    finally:
         app.conf.task_default_queue = default_queue
-        stop_celery_worker(worker)
 
 
 def job_environment(live_url: str, run_root: Path, zoo_dir: Path) -> dict[str, str]:
