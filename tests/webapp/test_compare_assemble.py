@@ -19,12 +19,14 @@ POLICY = "llama"
 
 
 def bucketed(steps: list[int], values: list[float], lo: int, hi: int, size: int) -> Buckets:
-    """One series' buckets from :func:`assemble.bucket_into` (wall times not loaded)."""
-    target = assemble.empty_buckets(size)
-    assemble.bucket_into(
-        target, np.array(steps, dtype=np.int64), np.array(values, dtype=float), None, lo, hi, size
-    )
-    return target
+    """One series' buckets from :func:`assemble.buckets_of` (wall times not loaded), by
+    arithmetic and by the grid's table, which agree."""
+    args = (np.array(steps, dtype=np.int64), np.array(values, dtype=float), None, lo, hi, size)
+    found = assemble.buckets_of(*args)
+    tabled = assemble.buckets_of(*args, table=assemble.bucket_table(lo, hi, size))
+    for name in ("present", "step", "value", "wall"):
+        np.testing.assert_array_equal(getattr(tabled, name), getattr(found, name))
+    return found
 
 
 def on_grid(values: list[float]) -> Buckets:
@@ -94,9 +96,7 @@ def test_the_python_reference_gives_the_same_buckets_with_wall_times() -> None:
     # Wall times 100 + step except at step 5 (unknown); a None value counts as NaN.
     rows = [(7, s, None if s == 6 else s * 2.0, None if s == 5 else 100.0 + s) for s in range(2, 8)]
     [python] = assemble.buckets_from_rows(rows, [7], 2, 7, 3).values()
-    numpy = assemble.empty_buckets(3)
-    assemble.bucket_into(
-        numpy,
+    numpy = assemble.buckets_of(
         np.array([r[1] for r in rows], dtype=np.int64),
         np.array([math.nan if r[2] is None else r[2] for r in rows]),
         np.array([math.nan if r[3] is None else r[3] for r in rows]),

@@ -206,6 +206,31 @@ def test_the_sweep_takes_running_and_unpacked_runs_only(
 # --------------------------------------------------------------------------- comparisons
 
 
+@pytest.mark.parametrize(
+    ("lo", "hi", "mark", "spans"),
+    [
+        (0, 1_999, -1, ((0, 1_999), (1, 0), (1, 0))),  # no rollups: all from the points
+        (0, 1_999, 1_983, ((1, 0), (0, 30), (1_984, 1_999))),  # the last 16 steps raw
+        (0, 1_999, 1_999, ((1, 0), (0, 31), (1, 0))),  # rolled up to the end
+        (37, 4_001, 9_999, ((37, 63), (1, 62), (1, 0))),  # a head before block 1
+        (37, 100, 9_999, ((37, 63), (1, 1), (1, 0))),  # block 1 runs past hi
+        (10, 20, 9_999, ((10, 20), (1, 0), (1, 0))),  # no block starts in the range
+        (0, 500, 40, ((1, 0), (0, 0), (41, 500))),  # the watermark inside block 0
+        (64, 500, 40, ((64, 500), (1, 0), (1, 0))),  # the watermark before the range
+    ],
+)
+def test_chunk_spans_cover_the_range_once(
+    lo: int, hi: int, mark: int, spans: tuple[tuple[int, int], ...]
+) -> None:
+    assert series_rollups.chunk_spans(lo, hi, mark) == spans
+    (head_lo, head_hi), (first, last), (tail_lo, tail_hi) = spans
+    steps = list(range(head_lo, head_hi + 1))
+    steps += [s for b in range(first, last + 1) for s in range(b * 64, b * 64 + 64) if s <= mark]
+    steps += list(range(tail_lo, tail_hi + 1))
+    assert sorted(s for s in steps if s <= hi) == list(range(lo, hi + 1))
+    assert len(steps) == len(set(steps))
+
+
 def test_comparison_buckets_of_an_unpacked_run_read_from_blocks_equal_the_points(
     client: Client, run: Run, token: str
 ) -> None:
@@ -222,7 +247,8 @@ def test_comparison_buckets_of_an_unpacked_run_read_from_blocks_equal_the_points
             assert np.array_equal(fast[pk].present, truth[pk].present)
             assert np.allclose(fast[pk].step, truth[pk].step, equal_nan=True)
             assert np.allclose(fast[pk].value, truth[pk].value, equal_nan=True)
-    columns = series_rollups.chunk_columns(ids[:1], 0, 4_999)
+    columns = list(series_rollups.chunk_columns(ids[:1], 0, 4_999))
+    assert len(columns) == 1  # one row per series
     got = sorted(
         zip(
             np.concatenate([np.frombuffer(s, ">i4") for _, s, _ in columns]).tolist(),
@@ -243,7 +269,8 @@ def test_a_block_left_partial_by_one_sweep_is_built_whole_by_the_next(
     ship(client, run, token, [(s, float(s)) for s in range(100, 200)])  # 100-127 join block 1
     for expected_mark in (99, 199):  # before the next sweep (raw after 99), then after it
         assert watermark(series_id) == expected_mark
-        columns = series_rollups.chunk_columns([series_id], 0, 199)
+        columns = list(series_rollups.chunk_columns([series_id], 0, 199))
+        assert len(columns) == 1
         steps = np.sort(np.concatenate([np.frombuffer(s, ">i4") for _, s, _ in columns]))
         assert steps.tolist() == list(range(200))
         series_rollups.run_rollup(run.pk)

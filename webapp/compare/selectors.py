@@ -9,7 +9,7 @@ pure numpy). Reading, in a few statements whatever the number of runs (PostgreSQ
    metric series (index lookups, :func:`step_range`), ``G = min(buckets, hi - lo + 1)``
    buckets of equal width (:func:`webapp.compare.assemble.bucket_of`);
 3. the points of those series in [lo, hi] as packed binary columns, one row per
-   series (an index-only scan), which :func:`webapp.compare.assemble.bucket_into`
+   series (an index-only scan), which :func:`webapp.compare.assemble.buckets_of`
    buckets. A series of a finished run is read instead from its packed copy where the
    status sync has made one (:mod:`webapp.experiments.series_packs`; about 6x faster),
    except on the wall-time axis, which needs the points' wall times. A series not
@@ -28,8 +28,9 @@ above, then :func:`webapp.compare.assemble.comparison_assemble` /
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,8 +45,9 @@ from webapp.compare.assemble import (
     Comparison,
     SeriesIndex,
     Summary,
-    bucket_into,
+    bucket_table,
     buckets_from_rows,
+    buckets_of,
     comparison_assemble,
     empty_buckets,
     groups_of,
@@ -156,46 +158,49 @@ def buckets_postgres(
     """Per series, its bucket means on the grid of ``size`` buckets over [lo, hi] (wall
     times only with ``wall``; NaN otherwise). Without wall times a series is read from
     its pack where it has one (:mod:`webapp.experiments.series_packs`), or else from its
-    rollups' packed blocks and the points after them; with wall times from the points,
-    in one statement."""
-    found = {pk: empty_buckets(size) for pk in series_ids}
-    packed = {} if wall else series_packs.series_packs(series_ids)
-    rows: list[tuple[int, bytes, bytes, bytes | None]] = [
-        (pk, steps, values, None) for pk, (steps, values) in packed.items()
-    ]
-    rest = [pk for pk in series_ids if pk not in packed]
-    if rest and not wall:
-        # not packed yet (a running run, or one that just finished): its level-0 rollup
-        # blocks hold its points packed too, up to the series' watermark
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute(series_packs.SERIES_SCAN_SETTINGS_SQL)
-            chunks: dict[int, list[tuple[bytes, bytes]]] = {}
-            for pk, steps, values in series_rollups.chunk_columns(rest, lo, hi):
-                chunks.setdefault(pk, []).append((steps, values))
-        for pk, parts in chunks.items():
-            rows.append((pk, b"".join(p[0] for p in parts), b"".join(p[1] for p in parts), None))
-        rest = []
-    if rest:
-        params = {"ids": rest, "lo": lo, "hi": hi}
-        sql = _POINTS_SQL.format(
-            points=_table(MetricPoint), wall_column=_WALL_COLUMN if wall else ""
-        )
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute(series_packs.SERIES_SCAN_SETTINGS_SQL)
-            for row in series_packs.binary_rows(sql, params):
-                rows.append((row[0], row[1], row[2], row[3] if wall else None))
-    for series_id, step_bytes, value_bytes, wall_bytes in rows:
-        steps = np.frombuffer(step_bytes, dtype=">i4").astype(np.int64)
-        values = np.frombuffer(value_bytes, dtype=">f8").astype(float)
-        walls = None if wall_bytes is None else np.frombuffer(wall_bytes, dtype=">f8").astype(float)
-        inside = (steps >= lo) & (steps <= hi)  # a pack holds every step of its series
-        if not inside.all():
-            steps, values = steps[inside], values[inside]
-            walls = None if walls is None else walls[inside]
-        bucket_into(found[series_id], steps, values, walls, lo, hi, size)
+    rollups' packed blocks and the points around them; with wall times from the points,
+    in one statement. Every read streams one row per series, which is bucketed while
+    PostgreSQL makes the next (on two cores about half the time of reading everything,
+    then bucketing it)."""
+    found: dict[int, Buckets] = {}
+    rest = set(series_ids)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(series_packs.SERIES_SCAN_SETTINGS_SQL)
+        rows: Iterable[tuple[int, bytes, bytes, bytes | None]]
+        if wall:
+            params = {"ids": list(series_ids), "lo": lo, "hi": hi}
+            sql = _POINTS_SQL.format(points=_table(MetricPoint), wall_column=_WALL_COLUMN)
+            rows = series_packs.binary_stream(sql, params)
+        else:
+            packed = (
+                (pk, steps, values, None)
+                for pk, (steps, values) in series_packs.series_packs(series_ids)
+            )
+            rows = itertools.chain(packed, _not_packed(rest, lo, hi))
+        table = bucket_table(lo, hi, size)
+        for series_id, step_bytes, value_bytes, wall_bytes in rows:
+            rest.discard(series_id)
+            walls = None if wall_bytes is None else np.frombuffer(wall_bytes, dtype=">f8")
+            found[series_id] = buckets_of(
+                np.frombuffer(step_bytes, dtype=">i4"),
+                np.frombuffer(value_bytes, dtype=">f8"),
+                walls,
+                lo,
+                hi,
+                size,
+                table=table,
+            )
+    found.update((pk, empty_buckets(size)) for pk in rest)  # no points in range
     return found
+
+
+def _not_packed(rest: set[int], lo: int, hi: int) -> Iterator[tuple[int, bytes, bytes, None]]:
+    """The rows of the series in ``rest`` once the packs are read (those still there
+    have none: a running run's, or one that just finished): from their level-0 rollup
+    blocks' packed points up to each series' watermark, and the points around them."""
+    for pk, steps, values in series_rollups.chunk_columns(sorted(rest), lo, hi):
+        yield pk, steps, values, None
 
 
 def buckets_portable(series_ids: Sequence[int], lo: int, hi: int, size: int) -> dict[int, Buckets]:

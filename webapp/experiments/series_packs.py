@@ -28,7 +28,7 @@ Life of a pack (PostgreSQL only; elsewhere :func:`packs_enabled` is False):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from django.db import connection, transaction
 
@@ -110,13 +110,27 @@ def binary_rows(sql: str, params: dict[str, object]) -> list[tuple]:
         return cursor.fetchall()
 
 
-def series_packs(series_ids: Sequence[int]) -> dict[int, Packed]:
-    """The packs of those of ``series_ids`` that have one (none where
-    :func:`packs_enabled` is False)."""
+def binary_stream(sql: str, params: dict[str, object]) -> Iterator[tuple]:
+    """:func:`binary_rows`, each row as soon as PostgreSQL sends it (libpq's single-row
+    mode), so the caller works on one row while the server makes the next: a comparison
+    buckets each series as it arrives, and reading and bucketing 3.2M points take about
+    as long as the slower of the two instead of their sum (``bench/compare.py``). Consume
+    it whole before the connection's next statement."""
+    import psycopg
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        yield from cursor.stream(sql, params, binary=True)
+
+
+def series_packs(series_ids: Sequence[int]) -> Iterator[tuple[int, Packed]]:
+    """(series id, pack) of those of ``series_ids`` that have one (none where
+    :func:`packs_enabled` is False), each as soon as it is read (:func:`binary_stream`)."""
     if not packs_enabled() or not series_ids:
-        return {}
-    rows = binary_rows(_READ_SQL.format(packs=_table(SeriesPack)), {"ids": list(series_ids)})
-    return {pk: (bytes(steps), bytes(values)) for pk, steps, values in rows}
+        return
+    sql = _READ_SQL.format(packs=_table(SeriesPack))
+    for pk, steps, values in binary_stream(sql, {"ids": list(series_ids)}):
+        yield pk, (bytes(steps), bytes(values))
 
 
 def packs_sweep(max_runs: int) -> tuple[int, int]:

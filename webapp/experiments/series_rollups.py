@@ -41,7 +41,7 @@ PostgreSQL only, as packs (:func:`rollups_enabled`); the demo's SQLite reads the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.db import connection, transaction
@@ -331,62 +331,76 @@ def watermarks(series_ids: Sequence[int]) -> dict[int, int]:
         return dict(cursor.fetchall())
 
 
-# Per series, one index range scan in (series, level, block) or (series, step) order
-# inside a LATERAL subquery, so the aggregates need no sort and no hash of the blocks
-# (a join over all the series sorted 46,000 blocks of 800 bytes first: 3x slower).
+# One row per series: the points of its head span (before its first whole block in the
+# range), then its level-0 blocks' packed points in block order, then the points of its
+# tail span (after the watermark), each part one index range scan in (series, level,
+# block) or (series, step) order inside a LATERAL subquery, so the aggregates need no
+# sort and no hash of the blocks (a join over all the series sorted 46,000 blocks of
+# 800 bytes first: 3x slower). An empty span (lo > hi) scans nothing and adds nothing.
 _CHUNKS_SQL = """
-    SELECT t.id, c.steps, c.vals
-    FROM unnest(%(ids)s::bigint[], %(los)s::int[], %(his)s::int[]) AS t(id, k1, k2)
+    SELECT t.id,
+           coalesce(h.steps, '') || coalesce(c.steps, '') || coalesce(r.steps, ''),
+           coalesce(h.vals, '') || coalesce(c.vals, '') || coalesce(r.vals, '')
+    FROM unnest(%(ids)s::bigint[], %(head_los)s::int[], %(head_his)s::int[],
+                %(firsts)s::int[], %(lasts)s::int[], %(tail_los)s::int[], %(tail_his)s::int[])
+         AS t(id, head_lo, head_hi, first, last, tail_lo, tail_hi)
+    CROSS JOIN LATERAL ({raw} AND p.step BETWEEN t.head_lo AND t.head_hi) AS h
     CROSS JOIN LATERAL (
-        SELECT string_agg(r.steps, '' ORDER BY r.block) AS steps,
-               string_agg(r."values", '' ORDER BY r.block) AS vals
-        FROM {rollups} r
-        WHERE r.series_id = t.id AND r.level = 0 AND r.block BETWEEN t.k1 AND t.k2
+        SELECT string_agg(b.steps, '' ORDER BY b.block) AS steps,
+               string_agg(b."values", '' ORDER BY b.block) AS vals
+        FROM {rollups} b
+        WHERE b.series_id = t.id AND b.level = 0 AND b.block BETWEEN t.first AND t.last
     ) AS c
-    WHERE c.steps IS NOT NULL
+    CROSS JOIN LATERAL ({raw} AND p.step BETWEEN t.tail_lo AND t.tail_hi) AS r
+    WHERE coalesce(h.steps, c.steps, r.steps) IS NOT NULL
 """
-_RAW_COLUMNS_SQL = """
-    SELECT t.id, c.steps, c.vals
-    FROM unnest(%(ids)s::bigint[], %(los)s::int[], %(his)s::int[]) AS t(id, lo, hi)
-    CROSS JOIN LATERAL (
-        SELECT string_agg(int4send(p.step), '') AS steps,
-               string_agg(float8send(coalesce(p.value, 'NaN')), '') AS vals
-        FROM {points} p
-        WHERE p.series_id = t.id AND p.step BETWEEN t.lo AND t.hi
-    ) AS c
-    WHERE c.steps IS NOT NULL
+_RAW_SPAN_SQL = """
+    SELECT string_agg(int4send(p.step), '') AS steps,
+           string_agg(float8send(coalesce(p.value, 'NaN')), '') AS vals
+    FROM {points} p
+    WHERE p.series_id = t.id
 """
+_EMPTY = (1, 0)
+"""A span of no steps (or blocks)."""
 
 
-def chunk_columns(series_ids: Sequence[int], lo: int, hi: int) -> list[tuple[int, bytes, bytes]]:
-    """Every point with a step in [lo, hi] of each of ``series_ids``, as packed columns
-    (big-endian int4 steps, float8 values; a series may come in several rows), and maybe
+def chunk_spans(lo: int, hi: int, mark: int) -> tuple[tuple[int, int], ...]:
+    """For a series with watermark ``mark`` (-1: no rollups), the parts of the steps
+    [lo, hi] :func:`chunk_columns` reads: (the head's steps, the level-0 blocks, the
+    tail's steps), each an inclusive (first, last) range, (1, 0) when empty. The blocks
+    are those that start in the range, up to the one holding its last rolled step (a
+    block holds its points up to the watermark, and maybe a few after ``hi``); the head
+    is the steps before the first of them, the tail the steps after the watermark."""
+    first = -(-lo // BASE)  # the first block that starts in the range
+    last = min(hi, mark) // BASE  # the block holding the range's last rolled step
+    if mark < 0 or first > last:
+        return (lo, hi), _EMPTY, _EMPTY
+    head = (lo, first * BASE - 1) if lo < first * BASE else _EMPTY
+    tail = (mark + 1, hi) if mark < hi else _EMPTY
+    return head, (first, last), tail
+
+
+def chunk_columns(
+    series_ids: Sequence[int], lo: int, hi: int
+) -> Iterator[tuple[int, bytes, bytes]]:
+    """Every point with a step in [lo, hi] of each of ``series_ids`` that has one, as
+    packed columns (big-endian int4 steps, float8 values), one row per series, and maybe
     a few after ``hi`` (the rest of its last block: the caller filters): the level-0
-    blocks that start in the range, up to the series' watermark, from their packed
-    points (a block holds its points up to the watermark), the rest from the points
-    table. On the caller's transaction."""
+    blocks of :func:`chunk_spans` from their packed points, the rest from the points
+    table. Each row as soon as PostgreSQL sends it (:func:`series_packs.binary_stream`);
+    on the caller's transaction."""
+    if not series_ids:
+        return
     marks = watermarks(series_ids)
-    chunked: list[tuple[int, int, int]] = []
-    raw: list[tuple[int, int, int]] = []
-    for pk in series_ids:
-        mark = marks.get(pk, -1)
-        first = -(-lo // BASE)  # the first block that starts in the range
-        last = min(hi, mark) // BASE  # the block holding the range's last rolled step
-        if mark < 0 or first > last:
-            raw.append((pk, lo, hi))
-            continue
-        chunked.append((pk, first, last))
-        if lo < first * BASE:
-            raw.append((pk, lo, first * BASE - 1))
-        if mark < hi:
-            raw.append((pk, mark + 1, hi))
-    rows: list[tuple[int, bytes, bytes]] = []
-    for sql, spans in (
-        (_CHUNKS_SQL.format(rollups=_table(SeriesRollup)), chunked),
-        (_RAW_COLUMNS_SQL.format(points=_table(MetricPoint)), raw),
-    ):
-        if spans:
-            params = {"ids": [t[0] for t in spans], "los": [t[1] for t in spans]}
-            params["his"] = [t[2] for t in spans]
-            rows.extend(series_packs.binary_rows(sql, params))
-    return [(pk, bytes(steps), bytes(values)) for pk, steps, values in rows]
+    spans = [chunk_spans(lo, hi, marks.get(pk, -1)) for pk in series_ids]
+    params: dict[str, object] = {"ids": list(series_ids)}
+    for part, name in enumerate(("head", "block", "tail")):
+        first_name, last_name = (
+            ("firsts", "lasts") if name == "block" else (f"{name}_los", f"{name}_his")
+        )
+        params[first_name] = [span[part][0] for span in spans]
+        params[last_name] = [span[part][1] for span in spans]
+    raw = _RAW_SPAN_SQL.format(points=_table(MetricPoint))
+    sql = _CHUNKS_SQL.format(rollups=_table(SeriesRollup), raw=raw)
+    for pk, steps, values in series_packs.binary_stream(sql, params):
+        yield pk, bytes(steps), bytes(values)
