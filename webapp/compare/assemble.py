@@ -480,6 +480,7 @@ def comparison_assemble(
     # Every (panel, group, run) curve with its x; smoothed all at once below.
     panels: list[Panel] = []
     slots: list[tuple[int, int]] = []  # (panel index, group index) of each curve
+    presents: list[np.ndarray] = []
     ys: list[np.ndarray] = []
     xs: list[np.ndarray] = []
     for policy in policies:
@@ -494,10 +495,9 @@ def comparison_assemble(
                         lacking.append(run_id)
                         continue
                     curve = found[series_id]
-                    x = x_of(mode, curve, run_id, policy, index, found, wall_first)
-                    present = curve.present & np.isfinite(x)
-                    ys.append(np.where(present, curve.value, np.nan))
-                    xs.append(np.where(present, x, np.nan))
+                    presents.append(curve.present)
+                    ys.append(curve.value)
+                    xs.append(x_of(mode, curve, run_id, policy, index, found, wall_first))
                     slots.append((len(panels), g))
             if lacking:
                 notes.append(
@@ -506,9 +506,11 @@ def comparison_assemble(
                     else f"{panel.name}: no data in any run"
                 )
             panels.append(panel)
-    raw = np.array(ys) if ys else np.zeros((0, grid))
+    # A curve's point: its bucket has points and a finite x (NaN elsewhere, in both).
+    present = np.array(presents) & np.isfinite(xs) if xs else np.zeros((0, grid), dtype=bool)
+    raw = np.where(present, ys, np.nan) if ys else np.zeros((0, grid))
     smoothed = ema(raw, spec.smooth) if spec.smooth > 0 else raw
-    present_x = np.array(xs) if xs else np.zeros((0, grid))
+    present_x = np.where(present, xs, np.nan) if xs else np.zeros((0, grid))
 
     rows_of: dict[tuple[int, int], list[int]] = defaultdict(list)
     for row, slot in enumerate(slots):

@@ -68,7 +68,7 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
                         "mean": floats(trace.mean),
                         "lower": floats(trace.lower),
                         "upper": floats(trace.upper),
-                        "n": [int(k) for k in trace.n],
+                        "n": np.asarray(trace.n, dtype=np.int64).tolist(),
                         "raw_mean": floats(trace.raw_mean),
                     }
                     for trace in panel.traces
@@ -166,7 +166,7 @@ def bars_json(chart: BarChart) -> dict[str, Any]:
                         "mean": floats(trace.mean),
                         "lower": floats(trace.lower),
                         "upper": floats(trace.upper),
-                        "n": [int(k) for k in trace.n],
+                        "n": np.asarray(trace.n, dtype=np.int64).tolist(),
                         "std": floats(trace.std),
                     }
                     for trace in panel.traces
