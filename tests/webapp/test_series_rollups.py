@@ -9,17 +9,24 @@ import random
 import numpy as np
 import psycopg
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models import Count
 from django.test import Client
 
-from tests.webapp.test_api_support import fill_series, point, post_batch
+from tests.webapp.test_api_support import fill_series, make_run, point, post_batch
 from tests.webapp.test_series_downsample import same
 from webapp.api import selectors
 from webapp.api.downsample import Point, bucket_width, cover, minmax_buckets, rollup_size_for
 from webapp.compare.selectors import buckets_portable, buckets_postgres
-from webapp.experiments import series_packs, series_rollups
-from webapp.experiments.models import MetricPoint, MetricSeries, Run, SeriesRollup
+from webapp.experiments import series_packs, series_rollups, services
+from webapp.experiments.models import (
+    MetricPoint,
+    MetricSeries,
+    Run,
+    SeriesPack,
+    SeriesRollup,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -257,6 +264,37 @@ def test_comparison_buckets_of_an_unpacked_run_read_from_blocks_equal_the_points
         )
     )
     assert same(got, stored(ids[0]))
+
+
+def test_one_read_streams_packed_rolled_up_raw_and_empty_series_alike(
+    client: Client, run: Run, token: str, alice: User
+) -> None:
+    # A finished, packed run; a running run rolled up, then given newer points; a
+    # running run never rolled up; and a series with no point in the range.
+    done = make_run(alice, name="done")
+    done_token = services.run_token_issue(done)
+    ship(client, done, done_token, noisy(list(range(0, 3_000, 3)), seed=7))
+    Run.objects.filter(pk=done.pk).update(state=Run.State.COMPLETED)
+    assert series_packs.packs_sweep(max_runs=10) == (1, 1)
+    ship(client, run, token, noisy(list(range(2_000)), seed=8))
+    series_rollups.run_rollup(run.pk)
+    ship(client, run, token, noisy(list(range(2_000, 2_100)), seed=9))  # after the watermark
+    raw = make_run(alice, name="raw")
+    raw_token = services.run_token_issue(raw)
+    ship(client, raw, raw_token, noisy(list(range(5, 2_500, 7)), seed=10))
+    ship(client, raw, raw_token, [(9_000, 1.0)], key="val/reward@1")
+    ids = [series_id_of(done), series_id_of(run), series_id_of(raw)]
+    ids.append(series_id_of(raw, "val/reward@1"))
+    assert SeriesPack.objects.filter(series_id=ids[0]).exists() and watermark(ids[1]) == 1_999
+    for lo, hi, size in [(0, 2_999, 300), (41, 2_050, 97)]:
+        fast = buckets_postgres(ids, lo, hi, size, wall=False)
+        truth = buckets_portable(ids, lo, hi, size)
+        assert set(fast) == set(ids)
+        assert not fast[ids[3]].present.any()  # its one point is after hi
+        for pk in ids:
+            assert np.array_equal(fast[pk].present, truth[pk].present), (pk, lo)
+            assert np.allclose(fast[pk].step, truth[pk].step, equal_nan=True)
+            assert np.allclose(fast[pk].value, truth[pk].value, equal_nan=True)
 
 
 def test_a_block_left_partial_by_one_sweep_is_built_whole_by_the_next(
