@@ -22,11 +22,14 @@ from webapp.compare.bars import VIEW_TITLES, BarChart
 from webapp.compare.stats import MeanStd
 
 
-def floats(values: np.ndarray) -> list[float | str | None]:
-    """A float array as a JSON list (non-finite values as strings)."""
-    array = np.asarray(values, dtype=float)
+def floats(values: np.ndarray) -> np.ndarray | list[float | str | None]:
+    """A float array ready for :func:`webapp.api.http.json_reply`: the array itself when
+    every value is finite (orjson writes numpy arrays, without a Python float per value:
+    a third of a 50-run comparison's encoding), else a list with the non-finite values as
+    strings."""
+    array = np.ascontiguousarray(values, dtype=float)
     if np.isfinite(array).all():
-        return array.tolist()
+        return array
     return [encode_value(value) for value in array.tolist()]
 
 
@@ -68,7 +71,7 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
                         "mean": floats(trace.mean),
                         "lower": floats(trace.lower),
                         "upper": floats(trace.upper),
-                        "n": np.asarray(trace.n, dtype=np.int64).tolist(),
+                        "n": np.ascontiguousarray(trace.n, dtype=np.int64),
                         "raw_mean": floats(trace.raw_mean),
                     }
                     for trace in panel.traces
@@ -166,7 +169,7 @@ def bars_json(chart: BarChart) -> dict[str, Any]:
                         "mean": floats(trace.mean),
                         "lower": floats(trace.lower),
                         "upper": floats(trace.upper),
-                        "n": np.asarray(trace.n, dtype=np.int64).tolist(),
+                        "n": np.ascontiguousarray(trace.n, dtype=np.int64),
                         "std": floats(trace.std),
                     }
                     for trace in panel.traces
