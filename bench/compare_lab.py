@@ -30,7 +30,14 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ingest import app_environment, free_port, percentile, rollup_sweep, start_server
+from bench.ingest import (
+    app_environment,
+    free_port,
+    percentile,
+    rollup_sweep,
+    start_server,
+    tail_to_points,
+)
 from bench.scale import KEYS, POINTS, ROLLUP_TAIL, STEPS, packs_forget, point_count
 
 PARTS = ("runs_for_spec", "series_index", "step_range", "load_buckets", "comparison_assemble")
@@ -38,17 +45,13 @@ PARTS = ("runs_for_spec", "series_index", "step_range", "load_buckets", "compari
 
 def lab_unpacked(url: str, run_ids: list[int]) -> None:
     """No packs; every series rolled up but its last ``ROLLUP_TAIL`` steps."""
-    from webapp.experiments.models import MetricSeries, SeriesRollup
-    from webapp.experiments.series_rollups import watermark_after
+    from webapp.experiments.models import SeriesRollup
 
     packs_forget(url)
-    if not SeriesRollup.objects.exists():
+    if SeriesRollup.objects.exists():
+        tail_to_points(run_ids, STEPS - 1, ROLLUP_TAIL)
+    else:
         rollup_sweep(run_ids, STEPS - 1, ROLLUP_TAIL)
-        return
-    mark = watermark_after(STEPS - ROLLUP_TAIL)
-    MetricSeries.objects.filter(run_id__in=run_ids, rolled_through__gt=mark).update(
-        rolled_through=mark
-    )
 
 
 def query(run_ids: list[int]) -> dict[str, Any]:

@@ -192,19 +192,27 @@ def rollup_sweep(run_ids: list[int], last_step: int, tail: int) -> None:
     finished. Needs Django set up on the bench database."""
     from django.db import connection
 
-    from webapp.experiments.models import MetricSeries
-    from webapp.experiments.series_rollups import run_rollup, watermark_after
+    from webapp.experiments.series_rollups import run_rollup
 
     started = time.perf_counter()
     blocks = sum(run_rollup(run_id) or 0 for run_id in run_ids)
     print(f"the rollup sweep wrote {blocks:,} blocks of {len(run_ids)} runs in "
           f"{time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
+    tail_to_points(run_ids, last_step, tail)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE experiments_seriesrollup")
+
+
+def tail_to_points(run_ids: list[int], last_step: int, tail: int) -> None:
+    """Lower the watermark of every rolled-up series of ``run_ids`` so that its steps
+    after ``last_step - tail`` are read from the points (the block holding them too)."""
+    from webapp.experiments.models import MetricSeries
+    from webapp.experiments.series_rollups import watermark_after
+
     mark = watermark_after(last_step + 1 - tail)
     MetricSeries.objects.filter(run_id__in=run_ids, rolled_through__gt=mark).update(
         rolled_through=mark
     )
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE experiments_seriesrollup")
 
 
 def latencies(session: requests.Session, url: str, params: dict[str, Any], n: int) -> list[float]:

@@ -99,20 +99,11 @@ _BUILD_SQL = """
 """
 
 
-def binary_rows(sql: str, params: dict[str, object]) -> list[tuple]:
-    """Rows of ``sql`` in binary (bytea as bytes), on Django's connection and transaction
-    (Django's own cursors bind client-side and cannot ask for binary results)."""
-    import psycopg
-
-    connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, binary=True)
-        return cursor.fetchall()
-
-
 def binary_stream(sql: str, params: dict[str, object]) -> Iterator[tuple]:
-    """:func:`binary_rows`, each row as soon as PostgreSQL sends it (libpq's single-row
-    mode), so the caller works on one row while the server makes the next: a comparison
+    """Rows of ``sql`` in binary (bytea as bytes), on Django's connection and transaction
+    (Django's own cursors bind client-side and cannot ask for binary results), each as
+    soon as PostgreSQL sends it (libpq's single-row mode), so the caller works on one
+    row while the server makes the next: a comparison
     buckets each series as it arrives, and reading and bucketing 3.2M points take about
     as long as the slower of the two instead of their sum (``bench/compare.py``). Consume
     it whole before the connection's next statement."""

@@ -397,13 +397,16 @@ def chunk_columns(
         return
     marks = watermarks(series_ids)
     spans = [chunk_spans(lo, hi, marks.get(pk, -1)) for pk in series_ids]
-    params: dict[str, object] = {"ids": list(series_ids)}
-    for part, name in enumerate(("head", "block", "tail")):
-        first_name, last_name = (
-            ("firsts", "lasts") if name == "block" else (f"{name}_los", f"{name}_his")
-        )
-        params[first_name] = [span[part][0] for span in spans]
-        params[last_name] = [span[part][1] for span in spans]
+    heads, blocks, tails = zip(*spans, strict=True)
+    params = {
+        "ids": list(series_ids),
+        "head_los": [head[0] for head in heads],
+        "head_his": [head[1] for head in heads],
+        "firsts": [block[0] for block in blocks],
+        "lasts": [block[1] for block in blocks],
+        "tail_los": [tail[0] for tail in tails],
+        "tail_his": [tail[1] for tail in tails],
+    }
     raw = _RAW_SPAN_SQL.format(points=_table(MetricPoint))
     sql = _CHUNKS_SQL.format(rollups=_table(SeriesRollup), raw=raw)
     for pk, steps, values in series_packs.binary_stream(sql, params):
