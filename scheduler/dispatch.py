@@ -27,6 +27,11 @@ EVALUATIONS_SYNC = "scheduler.tasks.evaluations_sync"
 """Beat's following of evaluation jobs (never sent)."""
 SERIES_PACK = "scheduler.tasks.series_pack"
 """Beat's packing of finished runs' series (never sent: beat runs it on its own tick)."""
+TASK_FILE_CHECK = "scheduler.tasks.task_file_check"
+"""Reading an evaluation task file too large to read in a request
+(:func:`webapp.experiments.suite_checks.refresh`)."""
+TASK_FILE_CHECKS_SYNC = "scheduler.tasks.task_file_checks_sync"
+"""Beat's run of the file checks whose message was lost (never sent)."""
 
 
 def enqueue_submit(run: Run) -> None:
@@ -42,6 +47,13 @@ def enqueue_submit(run: Run) -> None:
 def enqueue_cancel(run: Run) -> None:
     """Send ``run_cancel`` once the surrounding transaction commits."""
     transaction.on_commit(lambda: send(RUN_CANCEL, run.pk))
+
+
+def enqueue_file_checks(check_ids: list[int]) -> None:
+    """Send ``task_file_check`` for each pending check once the transaction commits (a
+    lost message leaves the check pending; beat's sync runs it a minute later)."""
+    for check_id in check_ids:
+        transaction.on_commit(lambda check_id=check_id: send(TASK_FILE_CHECK, check_id))
 
 
 def send(task_name: str, object_id: int) -> None:

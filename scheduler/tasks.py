@@ -13,6 +13,7 @@ from django.conf import settings
 from scheduler import cancel, dispatch, evaluations, packing, submit, sync, watchdog
 from scheduler.backends import BackendError
 from webapp.core.services import heartbeat_record
+from webapp.experiments import suite_checks
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,21 @@ def series_pack() -> int:
     few finished runs for comparisons; how many runs were packed."""
     packing.roll_up_runs()
     return packing.pack_finished_runs()
+
+
+@shared_task(name=dispatch.TASK_FILE_CHECK, soft_time_limit=suite_checks.WORKER_SECONDS + 60)
+def task_file_check(check_id: int) -> str:
+    """Read a task file too large for a request and store what it holds (its check)."""
+    return suite_checks.refresh(check_id)
+
+
+@shared_task(name=dispatch.TASK_FILE_CHECKS_SYNC)
+def task_file_checks_sync() -> int:
+    """Beat: run the file checks left pending (their message lost); how many ran."""
+    stale = suite_checks.stale_pending_ids()
+    for check_id in stale:
+        suite_checks.refresh(check_id)
+    return len(stale)
 
 
 @shared_task(bind=True, name=dispatch.RUN_CANCEL, max_retries=MAX_RETRIES)

@@ -12,6 +12,8 @@ model weighs like every other unknown one::
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,9 +140,29 @@ def _number_reader(config: Mapping[str, Any]) -> Callable[[str], int]:
     return number
 
 
+MAX_CONFIG_BYTES = 4 << 20
+"""The largest config.json read (the web app counts parameters inside a request)."""
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` if it is a regular file of at most
+    :data:`MAX_CONFIG_BYTES`; None otherwise (a FIFO or device is never read from)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
+            return None
+        content = b""
+        while chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - len(content)):
+            content += chunk
+            if len(content) > MAX_CONFIG_BYTES:
+                return None
+        data = json.loads(content)
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
     return data if isinstance(data, dict) else None

@@ -17,7 +17,8 @@ The variables, grouped by integration:
   ``slurm``); recovery: ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
   ``MRL_FORGOTTEN_GRACE_SECONDS``, ``MRL_TIME_LIMIT_RESUMES``; comparisons' read cache:
   ``MRL_SERIES_PACK_SECONDS``, ``MRL_PACK_RUNS_PER_SYNC``, ``MRL_ROLLUP_RUNS_PER_SYNC``.
-- Task data: ``MRL_TASK_DATA_DIRS`` (where file tasks' train/val files may live).
+- Task data: ``MRL_TASK_DATA_DIRS`` (where file tasks' train/val files and evaluation
+  suites may live), ``MRL_MODEL_DIRS`` (where local model and tokenizer directories may).
 - Slurm defaults for submitted jobs: ``SLURM_PARTITION``, ``SLURM_ACCOUNT``,
   ``SLURM_QOS``, ``SLURM_TIME_LIMIT``, ``SLURM_GPUS_PER_NODE``.
 """
@@ -272,6 +273,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "scheduler.tasks.series_pack",
         "schedule": env.float("MRL_SERIES_PACK_SECONDS", default=5.0),
     },
+    # Reads the evaluation task files left pending by a lost message (scheduler.dispatch.
+    # TASK_FILE_CHECKS_SYNC; the views send each check as it is asked for).
+    "task-file-checks": {
+        "task": "scheduler.tasks.task_file_checks_sync",
+        "schedule": env.float("MRL_FILE_CHECKS_SYNC_SECONDS", default=30.0),
+    },
 }
 # A worker that can no longer consume exits non-zero so that its supervisor starts a new
 # one (scheduler/watchdog.py): after MRL_WORKER_STALL_SECONDS without a broker connection,
@@ -305,6 +312,18 @@ TASK_DATA_DIRS: list[str] = [
 if any(not entry.startswith("/") for entry in TASK_DATA_DIRS):
     raise environ.ImproperlyConfigured(
         f"MRL_TASK_DATA_DIRS={TASK_DATA_DIRS!r}: give absolute directories, comma-separated"
+    )
+# Where a model's or tokenizer's local directory may live (webapp/experiments/
+# compose_sources.py), judged like the task data: real paths, a path outside gets the same
+# message as a missing one. Empty, the default: any directory the app can read.
+MODEL_DIRS: list[str] = [
+    os.path.normpath(entry.strip())
+    for entry in env.list("MRL_MODEL_DIRS", default=[])
+    if entry.strip()
+]
+if any(not entry.startswith("/") for entry in MODEL_DIRS):
+    raise environ.ImproperlyConfigured(
+        f"MRL_MODEL_DIRS={MODEL_DIRS!r}: give absolute directories, comma-separated"
     )
 
 # --- recovery (scheduler/sync.py, scheduler/submit.py; beat's runs_sync applies them) ---

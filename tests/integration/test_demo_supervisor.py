@@ -175,3 +175,103 @@ def test_a_sigkilled_worker_is_replaced_and_a_queued_run_starts(demo: Demo) -> N
         if job_id:  # the job runs in a session of its own: end it with the test
             with suppress(ProcessLookupError, ValueError):
                 os.killpg(int(job_id), signal.SIGKILL)
+
+
+PROBE_WRITER = """
+import sqlite3, sys, time
+database = sqlite3.connect(sys.argv[1], timeout=30)
+database.execute("CREATE TABLE IF NOT EXISTS hostile_probe (id INTEGER PRIMARY KEY, at REAL)")
+database.commit()
+written = 0
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    database.execute("INSERT INTO hostile_probe (at) VALUES (?)", (time.time(),))
+    database.commit()
+    written += 1
+    time.sleep(0.01)
+print(written)
+"""
+
+
+def test_the_apps_own_sqlite_files_named_as_suite_files_leave_the_database_whole(
+    demo: Demo, tmp_path: Path
+) -> None:
+    """Issue 36: naming the demo's own SQLite database (or the broker's) as a suite file
+    opened a second descriptor on it inside the web process, whose closing dropped that
+    process's SQLite locks; a write from another process then corrupted the database.
+    Now it is refused before anything is opened, while a writer in another process and
+    the demo's own web process, worker and beat keep writing."""
+    base = f"http://127.0.0.1:{demo.port}"
+    wait_for(lambda: _answers(f"{base}/healthz"), "the demo's web server", 60)
+    database = demo.var_dir / "demo.sqlite3"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", PROBE_WRITER, str(database), "20"],
+        stdout=subprocess.PIPE,
+    )
+    session = requests.Session()
+    session.get(f"{base}/accounts/login/", timeout=10)
+    login = session.post(
+        f"{base}/accounts/login/",
+        data={
+            "username": "demo",
+            "password": "demo-password",
+            "csrfmiddlewaretoken": session.cookies["csrftoken"],
+        },
+        headers={"Referer": f"{base}/accounts/login/"},
+        timeout=10,
+    )
+    assert login.status_code == 200 and "Log out" in login.text
+    (tmp_path / "link.json").hardlink_to(database)
+    hostile = [
+        str(database),
+        f"{database}-wal",
+        f"{database}-shm",
+        str(demo.var_dir / "broker.sqlite3"),
+        str(demo.var_dir / "secret_key"),
+        str(tmp_path / "link.json"),
+    ]
+    for round_ in range(3):  # again and again, while the writers write
+        for path in hostile:
+            page = session.post(
+                f"{base}/suites/new/",
+                data={
+                    "name": f"probe{round_}",
+                    "suite_file": path,
+                    "tasks": "",
+                    "csrfmiddlewaretoken": session.cookies["csrftoken"],
+                },
+                headers={"Referer": f"{base}/suites/new/"},
+                timeout=30,
+            )
+            assert page.status_code == 200, (path, page.status_code)
+            assert "not a suite JSON this deployment can read" in page.text, path
+            assert "SQLite" not in page.text and "codec" not in page.text, path
+    written = int(writer.communicate(timeout=60)[0])
+    # The web process writes after it all (a suite saved from the textarea).
+    good = demo.var_dir / "suites" / "synthetic" / "arith-addition.jsonl"
+    saved = session.post(
+        f"{base}/suites/new/",
+        data={
+            "name": "after",
+            "suite_file": "",
+            "tasks": f"a math {good}",
+            "csrfmiddlewaretoken": session.cookies["csrftoken"],
+        },
+        headers={"Referer": f"{base}/suites/new/"},
+        timeout=30,
+    )
+    assert saved.status_code == 200 and "Added suite after" in saved.text
+    with sqlite3.connect(database, timeout=30) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert db.execute("SELECT count(*) FROM hostile_probe").fetchone() == (written,)
+        assert db.execute(
+            "SELECT count(*) FROM experiments_evalsuite WHERE name = 'after'"
+        ).fetchone() == (1,)
+    assert written > 100
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=5).status_code == 200
+    except requests.RequestException:
+        return False

@@ -528,9 +528,22 @@ def _production(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_production_settings_pass_the_deploy_checks() -> None:
-    result = _production("manage.py", "check", "--deploy", "--fail-level", "WARNING")
+    result = _production(
+        "manage.py",
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        MRL_TASK_DATA_DIRS="/srv/mrl-data",
+    )
     assert result.returncode == 0, result.stderr
     assert "System check identified no issues" in result.stdout
+
+
+def test_the_deploy_checks_ask_for_the_data_directories() -> None:
+    result = _production("manage.py", "check", "--deploy", MRL_TASK_DATA_DIRS="")
+    assert result.returncode == 0, result.stderr  # a warning, not an error
+    assert "mrl.W001" in result.stderr and "MRL_TASK_DATA_DIRS is not set" in result.stderr
 
 
 def test_production_settings_are_locked_down() -> None:

@@ -26,6 +26,11 @@ from webapp.experiments.suite_checks import check_suite, suite_status
 
 pytestmark = pytest.mark.django_db
 
+UNAVAILABLE = (
+    "not a task file this deployment can read (missing, unreadable, or in a place the app "
+    "does not read from)"
+)
+"""The one message for a missing, unreadable or not-allowed task file."""
 SYNTHETIC_TASKS = [
     "arith-addition",
     "arith-subtraction",
@@ -114,9 +119,9 @@ def test_check_suite_reports_each_problem(tmp_path: Path, synthetic: SuiteConfig
     assert (gone.exists, gone.items, gone.error) == (
         False,
         None,
-        f"{tmp_path}/gone.jsonl does not exist",
+        f"{tmp_path}/gone.jsonl: {UNAVAILABLE}",
     )
-    assert gone.reason == "does not exist"  # the path is in its own column
+    assert gone.reason == UNAVAILABLE  # the path is in its own column
     assert "relative path; give the absolute path of the file on the server" in str(rel.error)
     assert bad.exists and bad.items is None and str(broken) in str(bad.error)
     assert "row 1" in str(bad.error)  # the math reader names the row without an answer
@@ -303,7 +308,7 @@ def test_a_suite_directory_reads_its_suite_json(lab: Lab, alice: User, suite_jso
         ),
         (
             "larger multiple_choice {dir}/nope.jsonl",
-            "line 2 (larger): {dir}/nope.jsonl does not exist",
+            "line 2 (larger): {dir}/nope.jsonl: not a task file this deployment can read",
         ),
         (
             "larger multiple_choice larger.jsonl",
@@ -375,9 +380,9 @@ def test_every_bad_line_is_reported(lab: Lab, alice: User, suite_json: Path) -> 
     messages = errors(create(alice, tasks=text), "tasks")
 
     assert messages == [
-        f"line 3 (b): {directory}/missing-1.jsonl does not exist",
+        f"line 3 (b): {directory}/missing-1.jsonl: {UNAVAILABLE}",
         "line 4 (c): unknown task type 'essay'; use one of math, multiple_choice, exact_match",
-        f"line 5 (d): {directory}/missing-2.jsonl does not exist",
+        f"line 5 (d): {directory}/missing-2.jsonl: {UNAVAILABLE}",
         "line 6: expected `name type path [limit]`, got 2 fields ('e math')",
     ]
 
@@ -426,9 +431,12 @@ def test_a_suite_files_name_clashing_is_refused_too(suite: EvalSuite, suite_json
     ("make", "fragment"),
     [
         (lambda d: "synthetic/suite.json", "is a relative path; give the absolute path"),
-        (lambda d: str(d / "none.json"), "none.json does not exist"),
+        (lambda d: str(d / "none.json"), "none.json: not a suite JSON this deployment can read"),
         (lambda d: str(d.parent), "is a directory without a suite.json"),
-        (lambda d: _write(d / "bad.json", "{oops"), "bad.json: not valid JSON"),
+        (
+            lambda d: _write(d / "bad.json", "{oops"),
+            "bad.json: is not valid JSON (line 1, column 2)",
+        ),
         (
             lambda d: _write(
                 d / "typed.json",
@@ -436,7 +444,7 @@ def test_a_suite_files_name_clashing_is_refused_too(suite: EvalSuite, suite_json
                     {"name": "s", "tasks": [{"name": "t", "type": "essay", "path": "x.jsonl"}]}
                 ),
             ),
-            "typed.json: tasks[0].type: unknown task type 'essay'",
+            "typed.json: tasks[0].type: expected one of math, multiple_choice, exact_match",
         ),
         (lambda d: _write(d / "list.json", "[]"), "must be a JSON object"),
     ],
@@ -465,7 +473,7 @@ def test_a_suite_file_with_a_missing_task_file_fills_the_textarea(
 
     assert response.status_code == 200
     assert errors(response, "tasks") == [
-        f"line 5 (larger): {suite_json.parent / 'larger.jsonl'} does not exist"
+        f"line 5 (larger): {suite_json.parent / 'larger.jsonl'}: {UNAVAILABLE}"
     ]
     text = response.context["form"]["tasks"].value()
     assert text.splitlines()[4] == f"larger multiple_choice {suite_json.parent / 'larger.jsonl'}"
@@ -507,7 +515,7 @@ def test_a_file_deleted_after_saving_shows_as_a_problem(suite: EvalSuite, bob: U
     assert "1 problem" in listing
     assert 'data-status="problems"' in listing
     assert "all 6 files readable" not in listing
-    assert f"{missing} does not exist" in detail
+    assert f"{missing}: not a task file this deployment can read" in detail
     assert "1 problem" in detail
 
 

@@ -27,6 +27,7 @@ by field path (``"tasks[1].type"``), with messages that say how to fix it. Torch
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -36,8 +37,8 @@ from trainer.tasks.loaders import (
     DATA_SUFFIXES,
     DataFileError,
     Row,
-    load_exact_match_file,
-    load_math_file,
+    exact_match_problem,
+    math_problem,
     multiple_choice_parts,
     read_rows,
 )
@@ -204,21 +205,27 @@ def load_choice_file(path: str | Path) -> list[ChoiceItem]:
     return [choice_item(row) for row in read_rows(path)]
 
 
+ROW_ITEMS: dict[str, Callable[[Row], Problem | ChoiceItem]] = {
+    "math": math_problem,
+    "multiple_choice": choice_item,
+    "exact_match": exact_match_problem,
+}
+"""How one row of a task file becomes an item, by task type (what a check of a file runs
+row by row without keeping the items)."""
+
+
 def load_task_items(task: EvalTask) -> list[Problem] | list[ChoiceItem]:
     """The items of ``task`` (the first ``limit`` when set): :class:`Problem` for math
     and exact match, :class:`ChoiceItem` for multiple choice."""
-    loaders = {
-        "math": load_math_file,
-        "multiple_choice": load_choice_file,
-        "exact_match": load_exact_match_file,
-    }
-    if task.type not in loaders:
+    if task.type not in ROW_ITEMS:
         raise ValueError(f"unknown task type {task.type!r}; use one of {', '.join(TASK_TYPES)}")
-    items = loaders[task.type](task.path)
-    return items[: task.limit] if task.limit is not None else items
+    item = ROW_ITEMS[task.type]
+    items = [item(row) for row in read_rows(task.path)]
+    return items[: task.limit] if task.limit is not None else items  # type: ignore[return-value]
 
 
 __all__ = [
+    "ROW_ITEMS",
     "TASK_TYPES",
     "ChoiceItem",
     "DataFileError",

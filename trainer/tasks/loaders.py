@@ -43,10 +43,10 @@ import json
 import random
 import re
 import string
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from trainer.tasks.base import Problem
 from trainer.tasks.rewards import extract_boxed
@@ -110,26 +110,67 @@ def read_rows(path: str | Path) -> list[Row]:
 
 
 def _jsonl_rows(path: Path) -> Iterator[Row]:
+    with path.open("rb") as lines:
+        yield from jsonl_rows(lines, path)
+
+
+def jsonl_rows(lines: Iterable[bytes], path: Path) -> Iterator[Row]:
+    """The records of JSONL ``lines`` (bytes, one JSON object each; blank lines skipped).
+
+    Errors name the line and say what is wrong, never what the line holds: they reach
+    the web app's pages, and the file may be one the reader is not meant to see."""
     index = 0
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataFileError(f"{path}, row {number}: not valid JSON: {exc}") from exc
-            if not isinstance(data, dict):
-                raise DataFileError(f"{path}, row {number}: expected a JSON object per line")
-            yield Row(path, number, index, data)
-            index += 1
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DataFileError(f"{path}, row {number}: not UTF-8 text") from None
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataFileError(
+                f"{path}, row {number}: not valid JSON (at column {exc.colno})"
+            ) from None
+        except RecursionError:
+            raise DataFileError(f"{path}, row {number}: JSON nested too deeply") from None
+        if not isinstance(data, dict):
+            raise DataFileError(f"{path}, row {number}: expected a JSON object per line")
+        yield Row(path, number, index, data)
+        index += 1
 
 
 def _parquet_rows(path: Path) -> Iterator[Row]:
+    with path.open("rb") as source:
+        yield from parquet_rows(source, path)
+
+
+def parquet_rows(source: BinaryIO, path: Path, batch_rows: int = 1024) -> Iterator[Row]:
+    """The records of the Parquet file open as ``source``, ``batch_rows`` at a time (a
+    whole table is never held)."""
     import pyarrow.parquet as pq
 
-    for index, data in enumerate(pq.read_table(path).to_pylist()):
-        yield Row(path, index + 1, index, data)
+    index = 0
+    for batch in pq.ParquetFile(source).iter_batches(batch_size=batch_rows):
+        for data in batch.to_pylist():
+            yield Row(path, index + 1, index, data)
+            index += 1
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for a message that must not quote it ("a number")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "an object"
 
 
 # --- field helpers ------------------------------------------------------------------------
@@ -145,7 +186,7 @@ def _first_field(row: Row, names: tuple[str, ...]) -> str | None:
 def _text(row: Row, name: str) -> str:
     value = row.data[name]
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise row.error(name, f"expected text, got {type(value).__name__}")
+        raise row.error(name, f"expected text, got {json_kind(value)}")
     return str(value).strip()
 
 
@@ -179,9 +220,9 @@ def _difficulty(row: Row) -> int:
         return 0
     value = row.data[name]
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise row.error(name, f"expected a level such as 3 or 'Level 3', got {value!r}")
+        raise row.error(name, f"expected a level such as 3 or 'Level 3', got {json_kind(value)}")
     if isinstance(value, float) and not value.is_integer():
-        raise row.error(name, f"expected a whole-number level, got {value!r}")
+        raise row.error(name, "expected a whole-number level, got a fraction")
     if isinstance(value, (int, float)):
         return int(value)
     number = re.search(r"-?\d+", value)
@@ -237,11 +278,11 @@ def _mc_question(row: Row) -> str:
 
 def _choice_texts(row: Row, name: str, values: Any) -> list[str]:
     if not isinstance(values, (list, tuple)):
-        raise row.error(name, f"expected a list of choices, got {type(values).__name__}")
+        raise row.error(name, f"expected a list of choices, got {json_kind(values)}")
     texts = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise row.error(name, f"expected each choice to be text, got {value!r}")
+            raise row.error(name, f"expected each choice to be text, got {json_kind(value)}")
         texts.append(str(value).strip())
     return texts
 
@@ -316,8 +357,9 @@ def _boolq_index(row: Row, field: str, value: Any) -> int:
         return int(str(value).strip())
     raise row.error(
         field,
-        f"expected true/false, yes/no or 0/1, got {value!r} (with no choices field, a row "
-        f"is read as a BoolQ yes/no question; give choices in {' | '.join(MC_CHOICE_FIELDS)})",
+        f"expected true/false, yes/no or 0/1, got other {json_kind(value)} (with no choices "
+        "field, a row is read as a BoolQ yes/no question; give choices in "
+        f"{' | '.join(MC_CHOICE_FIELDS)})",
     )
 
 
@@ -346,10 +388,12 @@ def _answer_index(row: Row, field: str, choices: Choices) -> int:
                 return found
     index = _integer(value)
     if index is None:
-        raise row.error(field, f"expected a letter, an index or a choice's text, got {value!r}")
+        raise row.error(
+            field, f"expected a letter, an index or a choice's text, got other {json_kind(value)}"
+        )
     position = index - _index_base(field, choices)
     if not 0 <= position < len(choices.texts):
-        raise row.error(field, f"answer {value!r} is out of range for {len(choices.texts)} choices")
+        raise row.error(field, f"the answer is out of range for {len(choices.texts)} choices")
     return position
 
 

@@ -8,10 +8,12 @@ weights, never ``transformers``) so they are cheap enough for every form submiss
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from trainer.models import TOKENIZER_FILES
@@ -58,13 +60,32 @@ def directory_problem(path: str) -> str | None:
             f"{path!r} is not an absolute path; give the full path of a directory "
             "(e.g. /data/models/qwen2-0.5b), or 'zoo:<id>' for a tiny-zoo model"
         )
+    roots = [os.path.realpath(root) for root in getattr(settings, "MODEL_DIRS", [])]
+    if roots:
+        real = os.path.realpath(path)
+        if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in roots):
+            return outside_model_dirs(path, roots)
     try:
         is_dir = Path(path).is_dir()
     except OSError as error:  # a name too long, a directory we may not enter...
+        if roots:
+            return outside_model_dirs(path, roots)
         return f"cannot read {path}: {error.strerror or error}"
+    if not is_dir and roots:
+        return outside_model_dirs(path, roots)
     if not is_dir:
         return f"no such directory {path} (models are never downloaded; give a local directory)"
     return None
+
+
+def outside_model_dirs(path: str, roots: list[str]) -> str:
+    """The one message for a directory outside ``MRL_MODEL_DIRS``, missing or unreadable:
+    which of these is not said."""
+    return (
+        f"{path}: not a directory this deployment can read (missing, unreadable, or in a "
+        f"place the app does not read from); give a directory inside {', '.join(roots)} "
+        "(MRL_MODEL_DIRS)"
+    )
 
 
 def _is_file(path: Path) -> bool:

@@ -24,6 +24,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.urls import reverse
+from django.utils import timezone
 
 from trainer import wire
 from trainer.wire import event_kind_choices
@@ -471,6 +472,35 @@ class EvalSuite(models.Model):
     def config(self) -> dict[str, object]:
         """The suite as the trainer reads it (``--suite`` JSON)."""
         return {"name": self.name, "tasks": self.tasks}
+
+
+class TaskFileCheck(models.Model):
+    """What reading an evaluation task file found, for one version of it: the check's
+    cache, shared by the web processes and the worker (:mod:`webapp.experiments.
+    suite_checks`). A file larger than the in-request limit is read by the worker; its
+    row waits ``pending`` until then. A new version (size or mtime) replaces the row's."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+
+    path = models.CharField(max_length=1000, help_text="The file's real path")
+    type = models.CharField(max_length=32, help_text="The task type it was read as")
+    size = models.BigIntegerField()
+    mtime_ns = models.BigIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    items = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="Why the file cannot be used; blank: fine")
+    requested_at = models.DateTimeField(default=timezone.now)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["path", "type"], name="task_file_check_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.type}): {self.state}"
 
 
 class Evaluation(models.Model):

@@ -5,10 +5,12 @@ files when the run starts; a bad path used to be accepted by the form and fail o
 the cluster. Here, at save (compose page, config import) and at a sweep's launch, each
 path must be: one line without shell syntax (the job-script path alphabet of
 ``scheduler/jobs.py``), absolute, without ``..``, of a suffix the loaders read
-(``trainer.tasks.loaders.DATA_SUFFIXES``), inside ``settings.TASK_DATA_DIRS`` when that is
-set (real paths, symlinks resolved; checked before the file is looked at, so a path
-outside says nothing about what exists there), and an existing, non-empty, readable
-regular file. The arithmetic task reads no file: its paths must stay empty.
+(``trainer.tasks.loaders.DATA_SUFFIXES``); then, through :mod:`webapp.core.server_files`,
+inside ``settings.TASK_DATA_DIRS`` when that is set (real paths, symlinks resolved), none
+of the app's own files, and an existing, non-empty, readable regular file. Outside,
+the app's own, missing and unreadable get one message, so a path says nothing about what
+exists where the user may not look. The arithmetic task reads no file: its paths must stay
+empty.
 
 Checks touch only file metadata and open (never read) the file, so they are cheap enough
 for every form submission; a FIFO or device is refused before it is opened.
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,14 @@ from django.conf import settings
 
 from trainer.config import TASK_KINDS
 from trainer.tasks.loaders import DATA_SUFFIXES
+from webapp.core.server_files import (
+    RUN_DATA_FILE,
+    ServerFileError,
+    app_owned_paths,
+    locate,
+    make_policy,
+    open_regular,
+)
 
 PATH_FIELDS = ("train_path", "val_path")
 PATH_CHARACTERS = re.compile(r"^[A-Za-z0-9_./+-]*$")
@@ -64,12 +73,7 @@ def task_path_problem(name: str, path: str, *, dirs: Sequence[str] = ()) -> str 
             f"{name} must be a file the task loaders read: one ending in "
             f"{', '.join(DATA_SUFFIXES)}; got {_shown(path)}"
         )
-    if dirs and not _inside(path, dirs):
-        return (
-            f"{name} is outside the directories this deployment reads task data from "
-            f"({', '.join(dirs)}); put the file in one of them (MRL_TASK_DATA_DIRS lists them)"
-        )
-    return _file_problem(name, path)
+    return _file_problem(name, path, dirs)
 
 
 def task_data_problems(task: Any, *, dirs: Sequence[str] | None = None) -> dict[str, str]:
@@ -104,36 +108,18 @@ def unused_path_message(name: str) -> str:
     )
 
 
-def _inside(path: str, dirs: Sequence[str]) -> bool:
-    real = os.path.realpath(path)
-    for directory in dirs:
-        root = os.path.realpath(directory)
-        if real == root or real.startswith(root.rstrip("/") + "/"):
-            return True
-    return False
-
-
-def _file_problem(name: str, path: str) -> str | None:
+def _file_problem(name: str, path: str, dirs: Sequence[str]) -> str | None:
+    """Why the file at ``path`` cannot be a run's data file (:mod:`webapp.core.
+    server_files`: inside ``dirs``, none of the app's own, regular; then not empty and
+    readable), or None. Opened, never read."""
+    policy = make_policy(dirs, app_owned_paths())
     try:
-        info = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return (
-            f"{name}: no such file {path} (data is read from local disk, never downloaded; "
-            "export it there first)"
-        )
-    except OSError as error:  # EACCES on a parent, a name too long...
-        return f"{name}: cannot read {path}: {error.strerror or error}"
-    if not stat.S_ISREG(info.st_mode):
-        return f"{name}: {path} is not a regular file (a directory?); give the data file"
-    if info.st_size == 0:
-        return f"{name}: {path} is empty; it needs one problem per line (or Parquet row)"
-    try:
-        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
-    except OSError as error:
-        return (
-            f"{name}: cannot read {path}: {error.strerror or error}; make it readable by the "
-            "user the app and its jobs run as"
-        )
+        located = locate(path, RUN_DATA_FILE, policy)
+        if located.size == 0:
+            return f"{name}: {path} is empty; it needs one problem per line (or Parquet row)"
+        os.close(open_regular(located, RUN_DATA_FILE, policy))
+    except ServerFileError as exc:
+        return f"{name}: {exc.message}"
     return None
 
 

@@ -3,7 +3,8 @@
 Scoped like the model registry (:mod:`webapp.experiments.permissions`): a user sees the
 suites of their labs, only the owner (or staff) changes one, other labs' ids are 404.
 Every page checks the files live (:mod:`webapp.experiments.suite_checks`): a file moved
-or broken after the suite was saved shows as a problem.
+or broken after the suite was saved shows as a problem. A file too large to read in a
+request is read by the worker: the view sends each check it asked for.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from scheduler.dispatch import enqueue_file_checks
 from trainer.evals.suite import TASK_TYPES
+from webapp.core.server_files import ReadPolicy, data_policy
 from webapp.experiments import compose_services, permissions, services
 from webapp.experiments.forms import SuiteForm
 from webapp.experiments.models import EvalSuite
-from webapp.experiments.suite_checks import check_suite, suite_status
+from webapp.experiments.suite_checks import TaskCheck, check_suite, new_requests, suite_status
 
 RECENT_EVALUATIONS = 20
 
@@ -30,8 +33,9 @@ RECENT_EVALUATIONS = 20
 def suite_list(request: HttpRequest) -> HttpResponse:
     suites = permissions.visible_suites(request.user).select_related("owner", "lab")
     rows = []
+    policy = data_policy()
     for suite in suites:
-        checks = check_suite(suite.tasks)
+        checks = _checked(suite.tasks, policy)
         rows.append(
             {
                 "suite": suite,
@@ -50,7 +54,8 @@ def suite_create(request: HttpRequest) -> HttpResponse:
     form = SuiteForm(request.POST or None, lab=lab)
     if request.method == "POST" and form.is_valid():
         suite = compose_services.eval_suite_create(owner=request.user, lab=lab, **_values(form))
-        messages.success(request, f"Added suite {suite.name} ({len(suite.tasks)} tasks).")
+        added = f"Added suite {suite.name} ({len(suite.tasks)} tasks)."
+        messages.success(request, added + _later(form))
         return redirect("experiments:suite_list")
     return render(request, "experiments/suite_form.html", {"form": form})
 
@@ -61,7 +66,7 @@ def suite_detail(request: HttpRequest, pk: int) -> HttpResponse:
     suite = permissions.get_viewable(
         request.user, EvalSuite.objects.select_related("owner", "lab"), pk
     )
-    checks = check_suite(suite.tasks)
+    checks = _checked(suite.tasks)
     evaluations = suite.evaluations.select_related("run", "owner")[:RECENT_EVALUATIONS]
     return render(
         request,
@@ -86,7 +91,7 @@ def suite_edit(request: HttpRequest, pk: int) -> HttpResponse:
     form = SuiteForm(request.POST or None, lab=suite.lab, instance=suite)
     if request.method == "POST" and form.is_valid():
         compose_services.eval_suite_update(suite, **_values(form))
-        messages.success(request, f"Saved suite {suite.name}.")
+        messages.success(request, f"Saved suite {suite.name}." + _later(form))
         return redirect(suite.get_absolute_url())
     return render(request, "experiments/suite_form.html", {"form": form, "suite": suite})
 
@@ -110,6 +115,23 @@ def suite_delete(request: HttpRequest, pk: int) -> HttpResponse:
             "evaluation_count": suite.evaluations.count(),
         },
     )
+
+
+def _checked(tasks: list[dict[str, object]], policy: ReadPolicy | None = None) -> list[TaskCheck]:
+    """The suite's file checks; the checks they ask the worker for are sent."""
+    checks = check_suite(tasks, policy)
+    enqueue_file_checks(new_requests(checks))
+    return checks
+
+
+def _later(form: SuiteForm) -> str:
+    """What the save message adds about files the worker still reads (and sends them)."""
+    enqueue_file_checks(new_requests(form.checks))
+    pending = sum(check.pending for check in form.checks)
+    if not pending:
+        return ""
+    files = "1 file is" if pending == 1 else f"{pending} files are"
+    return f" {files} being checked in the background; the suite's page shows the result."
 
 
 def _values(form: SuiteForm) -> dict[str, object]:

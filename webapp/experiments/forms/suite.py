@@ -12,10 +12,9 @@ can run.
 
 from __future__ import annotations
 
-import os
+import json
 import re
 import shlex
-import stat
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,18 @@ from django.core.exceptions import ValidationError
 from trainer.config import ConfigError
 from trainer.evals.suite import TASK_TYPES, EvalTask, SuiteConfig
 from trainer.evals.synthetic import SUITE_FILE
+from trainer.tasks.loaders import DATA_SUFFIXES
+from webapp.core.server_files import SUITE_FILE as SUITE_FILE_KIND
+from webapp.core.server_files import ServerFileError, data_policy, read_bytes
 from webapp.experiments.configform import tag_fields
 from webapp.experiments.forms.common import check_name
 from webapp.experiments.models import EvalSuite, Lab
-from webapp.experiments.suite_checks import check_suite
+from webapp.experiments.suite_checks import TaskCheck, check_suite
 
 LINE_FORMAT = "name type path [limit]"
 TASK_KEY = re.compile(r"^tasks\[(\d+)\]\.(\w+)$")
 TASK_REF = re.compile(r"\btasks\[(\d+)\]")
-MAX_SUITE_FILE_BYTES = 1 << 20
+SUITE_FILE_SECONDS = 2.0
 MAX_TASKS = 200
 PLACEHOLDER_NAME = "suite"  # validates the tasks while the name is missing or invalid
 
@@ -92,6 +94,55 @@ def parse_task_lines(text: str) -> tuple[list[EvalTask], list[int], list[tuple[i
         tasks.append(EvalTask(name=words[0], type=words[1], path=words[2], limit=limit))
         numbers.append(number)
     return tasks, numbers, errors
+
+
+SUITE_FIELD = re.compile(r"^(name|tasks)$|^tasks\[(\d+)\](?:\.(name|type|path|limit))?$")
+SUITE_FIELD_RULES = {
+    "name": "expected the suite's name: 1-64 letters, digits, '_', '.' or '-'",
+    "tasks": "expected a non-empty list of task objects",
+    "task": "expected an object with name, type, path and (optional) limit",
+    "task.name": "expected a task name of 1-64 letters, digits, '_', '.' or '-', unique "
+    "in the suite",
+    "task.type": f"expected one of {', '.join(TASK_TYPES)}",
+    "task.path": f"expected the path of a file ending in {', '.join(DATA_SUFFIXES)}",
+    "task.limit": "expected a whole number of at least 1, or no limit",
+}
+"""What each field of a suite JSON must be: a suite file's problems are said with these,
+never with what the file holds (it may be a file the user is not meant to see)."""
+
+
+def suite_file_problems(content: bytes) -> tuple[list[str], SuiteConfig | None]:
+    """The suite in a suite file's ``content``, or what is wrong with it: each problem
+    names a place (``tasks[2].type``) and what belongs there, never a value or a key
+    read from the file."""
+    try:
+        data = json.loads(content.decode("utf-8"))
+    except UnicodeDecodeError:
+        return ["is not UTF-8 text, so not a suite JSON"], None
+    except json.JSONDecodeError as exc:
+        return [f"is not valid JSON (line {exc.lineno}, column {exc.colno})"], None
+    except RecursionError:
+        return ["nests too deeply to be a suite JSON"], None
+    if not isinstance(data, dict):
+        return ["must be a JSON object with name and tasks"], None
+    try:
+        return [], SuiteConfig.from_dict(data)
+    except ConfigError as exc:
+        problems = sorted({_suite_file_problem(key) for key in exc.errors})
+        return problems, None
+
+
+def _suite_file_problem(key: str) -> str:
+    match = SUITE_FIELD.match(key)
+    if match is None:
+        task = re.match(r"^(tasks\[\d+\])\.", key)
+        if task:
+            return f"{task[1]}: has a field that is not a task field (name, type, path, limit)"
+        return "has a field that is not a suite field (a suite JSON has name and tasks)"
+    if match[1]:
+        return f"{key}: {SUITE_FIELD_RULES[match[1]]}"
+    rule = SUITE_FIELD_RULES["task." + match[3] if match[3] else "task"]
+    return f"{key}: {rule}"
 
 
 def _line_label(number: int, task: EvalTask) -> str:
@@ -152,6 +203,8 @@ class SuiteForm(forms.Form):
         self.lab = lab
         self.instance = instance
         self.file_suite: SuiteConfig | None = None
+        self.checks: list[TaskCheck] = []
+        """The file checks of the tasks (after validation; some may be pending)."""
         tag_fields(self, raw_labels=False)
 
     # --- fields -------------------------------------------------------------------------
@@ -168,49 +221,23 @@ class SuiteForm(forms.Form):
         value = self.cleaned_data.get("suite_file", "").strip()
         if not value:
             return value
-        if not os.path.isabs(value):
-            raise ValidationError(
-                f"{value} is a relative path; give the absolute path of the suite JSON on "
-                "the server",
-                code="relative",
-            )
-        path = Path(value)
         try:
-            info = path.stat()
-            if stat.S_ISDIR(info.st_mode):
-                path = path / SUITE_FILE
-                try:
-                    info = path.stat()
-                except FileNotFoundError:
-                    raise ValidationError(
-                        f"{value} is a directory without a {SUITE_FILE}; give the path of the "
-                        "suite JSON",
-                        code="no_suite_file",
-                    ) from None
-            if info.st_size > MAX_SUITE_FILE_BYTES:
-                raise ValidationError(
-                    f"{path} is larger than 1 MiB; a suite JSON names the task files, it "
-                    "does not hold their items",
-                    code="too_large",
-                )
-            self.file_suite = SuiteConfig.from_file(path)
-        except FileNotFoundError:
-            raise ValidationError(f"{value} does not exist", code="missing") from None
-        except ConfigError as exc:
+            located, content = read_bytes(
+                value,
+                SUITE_FILE_KIND,
+                data_policy(),
+                timeout_s=SUITE_FILE_SECONDS,
+                directory_file=SUITE_FILE,
+            )
+        except ServerFileError as exc:
+            raise ValidationError(exc.message, code=exc.code) from None
+        problems, suite = suite_file_problems(content)
+        if suite is None:
             raise ValidationError(
-                [
-                    ValidationError(f"{path}: {key + ': ' if key else ''}{message}")
-                    for key, message in exc.errors.items()
-                ],
+                [ValidationError(f"{value}: {problem}") for problem in problems],
                 code="invalid_suite",
-            ) from exc
-        except (UnicodeDecodeError, RecursionError) as exc:
-            raise ValidationError(f"{path} is not a suite JSON: {exc}", code="unreadable") from exc
-        except (OSError, ValueError) as exc:
-            raise ValidationError(
-                f"{path} cannot be read: {getattr(exc, 'strerror', None) or exc}",
-                code="unreadable",
-            ) from exc
+            )
+        self.file_suite = suite.resolved(Path(located.real).parent)
         # The file's tasks replace the textarea's, also on the page shown again.
         data = self.data.copy()
         data[self.add_prefix("tasks")] = task_lines([asdict(t) for t in self.file_suite.tasks])
@@ -253,7 +280,8 @@ class SuiteForm(forms.Form):
             suite_name = name if name and not self.has_error("name") else PLACEHOLDER_NAME
             config_problems, unreadable = self._config_problems(suite_name, tasks, numbers)
             problems += config_problems
-            for task, number, check in zip(tasks, numbers, check_suite(tasks), strict=True):
+            self.checks = check_suite(tasks)
+            for task, number, check in zip(tasks, numbers, self.checks, strict=True):
                 if number not in unreadable and not check.ok:
                     problems.append((number, f"{_line_label(number, task)}: {check.error}"))
         for _, message in sorted(problems, key=lambda problem: problem[0]):
