@@ -54,6 +54,7 @@ def test_production_settings_pass_the_deploy_checklist() -> None:
             "MRL_PRODUCTION": "true",
             "SECRET_KEY": secrets.token_urlsafe(50),
             "ALLOWED_HOSTS": "mrl.example.org",
+            "MRL_TASK_DATA_DIRS": "/srv/mrl-data",
         },
         "--deploy",
         "--fail-level",

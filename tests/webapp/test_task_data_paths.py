@@ -316,6 +316,7 @@ def test_the_setting_lists_absolute_directories() -> None:
         check=True,
     )
     assert result.stdout.strip() == "['/data/sets', '/scratch/data']"
-    refused = _django_check({"MRL_TASK_DATA_DIRS": "/data/sets,data/relative"})
-    assert refused.returncode != 0
-    assert "MRL_TASK_DATA_DIRS" in refused.stderr and "absolute directories" in refused.stderr
+    for name in ("MRL_TASK_DATA_DIRS", "MRL_MODEL_DIRS"):
+        refused = _django_check({name: "/data/sets,data/relative"})
+        assert refused.returncode != 0
+        assert name in refused.stderr and "absolute directories" in refused.stderr
