@@ -8,13 +8,14 @@
 Every point, never downsampled: the points are read by the series API's own reader
 (:func:`webapp.api.selectors.series_points`) with no point limit, a few series at a time,
 and streamed. Non-finite values are written as the API writes them ("NaN", "Infinity",
-"-Infinity"); pandas and spreadsheets read those back as numbers. Who may download is who
-may see the run page: a login, then the run's lab (another lab's run is a 404).
+"-Infinity"); pandas and spreadsheets read those back as numbers. Keys and policy names
+come from the run's token: they are written by :class:`webapp.core.csv_safe.SafeWriter`,
+so one that a spreadsheet would run as a formula gets a leading "'". Who may download is
+who may see the run page: a login, then the run's lab (another lab's run is a 404).
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,6 +27,7 @@ from django.views.decorators.http import require_GET
 from trainer.metrics import POOL
 from webapp.api.http import encode_value
 from webapp.api.selectors import series_of_run, series_points
+from webapp.core.csv_safe import SafeWriter
 from webapp.experiments.models import MetricSeries, Run
 from webapp.experiments.permissions import get_viewable
 
@@ -55,7 +57,7 @@ def _sorted_series(run: Run, series: Iterable[MetricSeries]) -> list[MetricSerie
 def _csv_lines(header: Sequence[str], rows: Iterable[Sequence[object]]) -> Iterator[str]:
     """The CSV text of ``header`` and ``rows``, a few hundred rows per chunk."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeWriter(buffer)
     writer.writerow(header)
     for i, row in enumerate(rows, 1):
         writer.writerow(row)
