@@ -4,8 +4,9 @@
 // draw). Grouped bars, one per group in its colour, error bars from the band; the base
 // model as a dashed line over each task; a dashed zero line in the relative view.
 //
-// Every string from the server goes into the page through textContent or Plotly's text
-// (never innerHTML).
+// Every string from the server goes into the page through textContent, or into Plotly
+// through plot-text.js (escaped; legends ellipsized, the whole label in the hover through
+// the trace's meta); never innerHTML.
 "use strict";
 
 (function () {
@@ -16,8 +17,9 @@
   // (the exports' rule, webapp/compare/bars_export.py::bar_span).
   const barSpan = (groups) => Math.min(0.8, 0.25 * Math.max(groups, 1));
 
-  // Plotly renders titles and ticks as HTML-like text: escape what comes from the data.
-  const plain = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  // Plotly renders titles, ticks, legends and hovers as HTML-like text (plot-text.js).
+  const { plain, short, legend, plotMeta } = window.MRLPlotText;
+  const AXIS_TITLE_CHARS = 60; // the relative view's y title names the baseline group
 
   function el(tag, attrs = {}, text = "") {
     const node = document.createElement(tag);
@@ -36,10 +38,11 @@
       const above = trace.upper.map(num).map((u, k) => (Number.isFinite(u - mean[k]) ? Math.max(u - mean[k], 0) : 0));
       const below = trace.lower.map(num).map((l, k) => (Number.isFinite(mean[k] - l) ? Math.max(mean[k] - l, 0) : 0));
       traces.push({
-        type: "bar", x, y, name: plain(trace.group), legendgroup: trace.group,
+        type: "bar", x, y, name: legend(trace.group), legendgroup: trace.group,
         marker: { color: trace.colour, pattern: { shape: PATTERNS[trace.dash] || "" } },
         error_y: { type: "data", symmetric: false, array: above, arrayminus: below, visible: true, color: "#444", thickness: 1.2, width: 3 },
-        customdata: trace.n, hovertemplate: "%{x}: %{y:.4g} (n=%{customdata})<extra>" + plain(trace.group) + "</extra>",
+        meta: plotMeta(trace.group), hoverlabel: { namelength: -1 },
+        customdata: trace.n, hovertemplate: "%{x}: %{y:.4g} (n=%{customdata})<extra>%{meta[0]}</extra>",
       });
     }
     return traces;
@@ -66,7 +69,7 @@
     return [{
       type: "scatter", mode: "markers", x: panel.category_labels.map(plain),
       y: panel.base.map(num).map((v) => (Number.isFinite(v) ? v : null)),
-      name: plain(panel.base_label), marker: { symbol: "line-ew-open", size: 18, color: "#888", line: { width: 2.5 } },
+      name: legend(panel.base_label), marker: { symbol: "line-ew-open", size: 18, color: "#888", line: { width: 2.5 } },
       hovertemplate: "%{x}: %{y:.4g}<extra>base model</extra>",
     }];
   }
@@ -92,7 +95,7 @@
         margin: { l: 60, r: 10, t: 56, b: 40 },
         legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" },
         xaxis: { type: "category", title: { text: plain(panel.x_label || ""), standoff: 4 }, automargin: true },
-        yaxis: { title: { text: plain(panel.y_label) }, zeroline: !data.zero_line, automargin: true },
+        yaxis: { title: { text: plain(short(panel.y_label, AXIS_TITLE_CHARS)) }, zeroline: !data.zero_line, automargin: true },
         shapes,
       };
       if (!panel.traces.length) {

@@ -4,10 +4,13 @@
 // The "View" choice swaps the curves for a bar view (compare-bars.js, from
 // /api/v1/compare/bars): per-task evaluation or the relative improvement over a baseline.
 //
-// Every string from the server goes into the page through textContent (never innerHTML).
+// Every string from the server goes into the page through textContent (never innerHTML),
+// and into Plotly through plot-text.js (escaped; a legend entry ellipsized, the whole
+// label in the hover through the trace's meta, never inside a hovertemplate).
 "use strict";
 
 (function () {
+  const { plain, legend, plotMeta } = window.MRLPlotText;
   const config = JSON.parse(document.getElementById("compare-page-config").textContent);
   const controls = document.getElementById("compare-controls");
   const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
@@ -20,6 +23,15 @@
   }
 
   const num = (value) => (typeof value === "string" ? NON_FINITE[value] : value);
+
+  // A header cell for a label of any length: drawn in at most a few lines (app.css
+  // .cell-label), then `after` (a statistic's name) in full; the whole text in its title.
+  function labelCell(text, after = "") {
+    const cell = el("th", { title: after ? `${text}: ${after}` : text });
+    cell.append(el("span", { class: "cell-label" }, after ? `${text}:` : text));
+    if (after) cell.append(after);
+    return cell;
+  }
 
   function viewParams() {
     // The view settings of the form, and the selection as the resolved run ids.
@@ -74,16 +86,17 @@
           showlegend: false, legendgroup: trace.group, type: "scatter", mode: "lines",
         });
         traces.push({
-          x, y: trace.mean.map(num), name: trace.group, legendgroup: trace.group, type: "scatter",
+          x, y: trace.mean.map(num), name: legend(trace.group), legendgroup: trace.group, type: "scatter",
           mode: "lines", line: { color: trace.colour, width: 2, dash: trace.dash || "solid" },
-          customdata: trace.n, hovertemplate: "%{y:.4g} (n=%{customdata})<extra>" + trace.group + "</extra>",
+          meta: plotMeta(trace.group), hoverlabel: { namelength: -1 },
+          customdata: trace.n, hovertemplate: "%{y:.4g} (n=%{customdata})<extra>%{meta[0]}</extra>",
         });
       }
       window.Plotly.react(div, traces, {
-        title: { text: panel.title || `${panel.policy} · ${panel.metric}`, font: { size: 13 } }, height: 300,
+        title: { text: plain(panel.title || `${panel.policy} · ${panel.metric}`), font: { size: 13 } }, height: 300,
         margin: { l: 50, r: 10, t: 34, b: 58 }, legend: { orientation: "h", y: -0.3 },
-        xaxis: { title: { text: panel.x_label || data.x_label || "step", standoff: 4 } },
-        yaxis: { type: logY ? "log" : "linear", title: { text: panel.y_label || "" } },
+        xaxis: { title: { text: plain(panel.x_label || data.x_label || "step"), standoff: 4 } },
+        yaxis: { type: logY ? "log" : "linear", title: { text: plain(panel.y_label || "") } },
       }, { displaylogo: false, responsive: true });
     }
   }
@@ -101,12 +114,12 @@
     const head = el("tr");
     head.append(el("th", {}, "policy"));
     for (const group of summary.groups) {
-      for (const stat of ["final", "best", "mean"]) head.append(el("th", {}, `${group}: ${stat}`));
+      for (const stat of ["final", "best", "mean"]) head.append(labelCell(group, stat));
     }
     table.append(head);
     for (const row of summary.rows) {
       const tr = el("tr");
-      tr.append(el("th", {}, row.policy_label || row.policy));
+      tr.append(labelCell(row.policy_label || row.policy));
       for (const c of row.cells) {
         for (const stat of ["final", "best", "mean"]) {
           const best = summary.best && summary.best[stat] && summary.best[stat][row.policy] === c.group;

@@ -13,6 +13,8 @@
 (function () {
   const { config, el, getJSON, policyColour } = window.MRLRun;
   const { ema } = window.MRLSmoothing;
+  // Plotly reads a few HTML tags (and %{...} in hovers): server strings go in through these.
+  const { plain, legend, plotMeta } = window.MRLPlotText;
   const MAX_POINTS = 2000; // per trace; the series API downsamples above this
   const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
   const POOL = "_pool";
@@ -40,8 +42,6 @@
   const metric = (key) => (config.metrics && config.metrics[key]) || familyMetric(key) || {};
   const metricLabel = (key) => metric(key).label || key;
   const policyLabel = (policy) => (policy === POOL ? "pool mean" : policy);
-  // Plotly reads a few HTML tags in titles and trace names: server strings go in as text.
-  const plotlyText = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 
   // charts: key -> {cell, div, traces: Map(policy -> {x, y, lastStep, downsampled, lo, hi}),
   // revision, drawn, visible, hiddenSinceDrawn}. `revision` counts the changes to the
@@ -190,7 +190,11 @@
       // SVG scatter: one WebGL context per chart runs out past ~16 charts. The uid (Plotly
       // makes CSS classes of it, so no policy names) keeps a trace hidden from the legend
       // hidden across redraws and smoothing changes.
-      const common = { x: trace.x, name: plotlyText(policyLabel(policy)), legendgroup: policy, mode: "lines", type: "scatter" };
+      // The legend shows the name ellipsized, the hover the whole of it (the trace's meta).
+      const common = {
+        x: trace.x, name: legend(policyLabel(policy)), meta: plotMeta(policyLabel(policy)), legendgroup: policy,
+        mode: "lines", type: "scatter",
+      };
       if (weight > 0) {
         raw.push({
           ...common, y: trace.y, uid: `p${index}raw`, showlegend: false, hoverinfo: "skip", opacity: 0.25,
@@ -198,10 +202,10 @@
         });
         lines.push({
           ...common, y: ema(trace.y, weight), uid: `p${index}`, customdata: trace.y, line: { color: colour, width: 1.8 },
-          hovertemplate: "%{fullData.name}: %{y:.4~g} <span style='opacity:.7'>(raw %{customdata:.4~g})</span><extra></extra>",
+          hovertemplate: "%{meta[0]}: %{y:.4~g} <span style='opacity:.7'>(raw %{customdata:.4~g})</span><extra></extra>",
         });
       } else {
-        lines.push({ ...common, y: trace.y, uid: `p${index}`, line: { color: colour, width: 1.6 }, hovertemplate: "%{fullData.name}: %{y:.4~g}<extra></extra>" });
+        lines.push({ ...common, y: trace.y, uid: `p${index}`, line: { color: colour, width: 1.6 }, hovertemplate: "%{meta[0]}: %{y:.4~g}<extra></extra>" });
       }
     }
     return raw.concat(lines); // the smoothed lines over the faint raw ones
@@ -219,12 +223,12 @@
     // an axis nobody zoomed autoranges over the new points, or takes a constant series'
     // range.
     const layout = {
-      title: { text: plotlyText(metricLabel(key)), font: { size: 13 } }, margin: { l: 56, r: 12, t: 32, b: 56 }, height: 280,
+      title: { text: plain(metricLabel(key)), font: { size: 13 } }, margin: { l: 56, r: 12, t: 32, b: 56 }, height: 280,
       font: { color: fg }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
       hovermode: "x unified", hoverlabel: { bgcolor: card, bordercolor: muted, font: { color: fg } },
       xaxis: { title: { text: "step", standoff: 4 }, unifiedhovertitle: { text: "step %{x}" }, gridcolor: "rgba(127,127,127,0.2)" },
       yaxis: {
-        title: { text: plotlyText(unit) }, automargin: true, gridcolor: "rgba(127,127,127,0.2)",
+        title: { text: plain(unit) }, automargin: true, gridcolor: "rgba(127,127,127,0.2)",
         // Plain numbers on the ticks ("0.0003", not "300μ"); a constant series' few digits.
         exponentformat: "e", ...(range ? { range, autorange: false, tickformat: ".4~g" } : { autorange: true, tickformat: "" }),
       },

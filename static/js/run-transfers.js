@@ -1,11 +1,14 @@
 // The run page's peer-transfer panel: the filtered log (paged, a row expands to what
 // crossed), the source -> target matrix and the counts over time, both of the filtered
 // events; a matrix cell click filters the log to that pair. MRLRun.transfers.refresh() is
-// called by run-page.js's poll loop. Every string from the server goes in as textContent.
+// called by run-page.js's poll loop. Every string from the server goes in as textContent
+// (a policy name in a matrix header also as its title: the cell shows at most a few lines
+// of it, run-transfers.css), or into Plotly through plot-text.js.
 "use strict";
 
 (function () {
   const { config, el, getJSON } = window.MRLRun;
+  const { legend, plotMeta } = window.MRLPlotText;
   const form = document.getElementById("transfer-filter");
   if (!form) {
     // A regime where nothing crosses: the template says so, there is nothing to poll.
@@ -126,7 +129,8 @@
     row.append(toggleCell);
     for (const field of COLUMNS) {
       const value = event[field];
-      row.append(el("td", {}, value === null || value === undefined || value === "" ? "–" : String(value)));
+      const attrs = field === "source" || field === "target" ? { class: "policy-name" } : {};
+      row.append(el("td", attrs, value === null || value === undefined || value === "" ? "–" : String(value)));
     }
     return row;
   }
@@ -180,16 +184,22 @@
     return cell;
   }
 
+  function nameCell(name, scope) {
+    const cell = el("th", { scope, title: name });
+    cell.append(el("span", { class: "cell-label" }, name));
+    return cell;
+  }
+
   function drawMatrix(summary) {
     const policies = summary.policies;
     const max = Math.max(1, ...summary.matrix.flat());
     const table = el("table", { class: "matrix" });
     const head = el("tr");
-    head.append(el("th", { scope: "col" }, "source \\ target"), ...policies.map((p) => el("th", { scope: "col" }, p)));
+    head.append(el("th", { scope: "col" }, "source \\ target"), ...policies.map((p) => nameCell(p, "col")));
     table.append(head);
     summary.matrix.forEach((row, i) => {
       const tr = el("tr");
-      tr.append(el("th", { scope: "row" }, policies[i]));
+      tr.append(nameCell(policies[i], "row"));
       row.forEach((count, j) => tr.append(matrixCell(policies[i], policies[j], count, max)));
       table.append(tr);
     });
@@ -203,9 +213,9 @@
     const traces = kinds.map((kind) => {
       const rows = summary.over_time.filter((row) => row.kind === kind);
       return {
-        type: "bar", name: kind, width: 0.9 * size,
+        type: "bar", name: legend(kind), meta: plotMeta(kind), width: 0.9 * size,
         x: rows.map((r) => r.step + (size - 1) / 2), y: rows.map((r) => r.count),
-        hovertemplate: "%{fullData.name}: %{y} (step %{customdata})<extra></extra>",
+        hovertemplate: "%{meta[0]}: %{y} (step %{customdata})<extra></extra>",
         customdata: rows.map((r) => (size > 1 ? `${r.step}–${r.step + size - 1}` : String(r.step))),
       };
     });

@@ -11,14 +11,14 @@ from the spec's band; the base model's value as a short dashed line over each ta
 
 The CSV has one row per bar drawn: view, policy, x (the task, or the metric key), group,
 mean, lower, upper, n, base (the base model's value, or the baseline group's mean in the
-relative view). The LaTeX table has per policy one row per category and one column per
-group, mean $\\pm$ std (ddof = 1) over the group's runs, the best group of each row in
-bold, and the base (or baseline) value last.
+relative view), written through :class:`webapp.core.csv_safe.SafeWriter` (a label that a
+spreadsheet would run as a formula gets a leading "'"). The LaTeX table has per policy
+one row per category and one column per group, mean $\\pm$ std (ddof = 1) over the
+group's runs, the best group of each row in bold, and the base (or baseline) value last.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 import textwrap
@@ -45,10 +45,14 @@ from webapp.compare.export import (
     _number_latex,
     _rc,
     decimals_for,
+    figure_label,
+    latex_comment,
     latex_escape,
+    legend_columns,
     panel_slots,
 )
 from webapp.compare.serialize import number_text
+from webapp.core.csv_safe import SafeWriter
 
 BAR_CSV_COLUMNS = ("view", "policy", "x", "group", "mean", "lower", "upper", "n", "base")
 HATCHES = {"solid": "", "dash": "////", "dot": "....", "dashdot": "xxxx"}
@@ -109,7 +113,12 @@ def build_bars_figure(chart: BarChart, columns: int = 1) -> Figure:
     if note:
         figure.supxlabel(note, fontsize=FONT_SIZES[columns] - 1.5, color="0.3")
     handles: list[Any] = [
-        Patch(facecolor=colour, edgecolor="white", hatch=HATCHES.get(dash, ""), label=label)
+        Patch(
+            facecolor=colour,
+            edgecolor="white",
+            hatch=HATCHES.get(dash, ""),
+            label=figure_label(label),
+        )
         for label, colour, dash in groups
     ]
     if chart.view == "tasks" and any(np.isfinite(p.base).any() for p in panels):
@@ -119,7 +128,7 @@ def build_bars_figure(chart: BarChart, columns: int = 1) -> Figure:
         figure.legend(
             handles=handles,
             loc="outside upper center",
-            ncols=min(len(handles), 4 if columns == 1 else 6),
+            ncols=legend_columns([handle.get_label() for handle in handles], columns),
             title=title,
             handlelength=1.4,
             columnspacing=1.0,
@@ -134,7 +143,15 @@ def _rotate(panels: Sequence[BarPanel]) -> bool:
 
 def _draw_bars(ax: Any, panel: BarPanel, chart: BarChart, slanted: bool) -> None:
     ax.set_title(panel.title)
-    ax.set_ylabel(textwrap.fill(panel.y_label, width=Y_LABEL_WIDTH))
+    # The relative view's label names the baseline group: at most 4 lines of it.
+    ax.set_ylabel(
+        textwrap.fill(
+            figure_label(panel.y_label, limit=4 * Y_LABEL_WIDTH),
+            width=Y_LABEL_WIDTH,
+            max_lines=4,
+            placeholder=" …",
+        )
+    )
     ax.grid(axis="x", visible=False)
     ax.set_axisbelow(True)
     count = len(panel.categories)
@@ -218,7 +235,7 @@ def ci_bars_note(chart: BarChart, columns: int = 1) -> str | None:
                 small[trace.group] = max(small.get(trace.group, 0), int(n.min()))
     if not small:
         return None
-    groups = ", ".join(f"{group} (n = {n})" for group, n in small.items())
+    groups = ", ".join(f"{figure_label(group)} (n = {n})" for group, n in small.items())
     text = f"95% CI from fewer than {CI_MIN_RUNS} runs: {groups}"
     return textwrap.fill(text, width=int(COLUMN_WIDTHS[columns] * 14))
 
@@ -244,7 +261,7 @@ def bars_csv(chart: BarChart) -> str:
     """One row per bar drawn (a group with a value at a category): view, policy, x (the
     task, or the metric key), group, mean, lower, upper, n, base."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = SafeWriter(out)
     writer.writerow(BAR_CSV_COLUMNS)
     for panel in chart.panels:
         for trace in panel.traces:
@@ -295,20 +312,23 @@ def bars_latex(chart: BarChart) -> str:
     }
     runs_text = ", ".join(f"{latex_escape(label)} {n}" for label, n in n_runs.items())
     if chart.view == "tasks":
-        first = f"% {VIEW_TITLES['tasks']}: suite {latex_escape(chart.suite)}, "
+        first = f"{VIEW_TITLES['tasks']}: suite {latex_escape(chart.suite)}, "
         first += f"{chart.options.score} of the final checkpoint"
         what, base_head = "Task", "Base"
         base_text = "Base: the base model (step 0)."
     else:
         metrics = ", ".join(latex_escape(metric) for metric in chart.options.metrics)
-        first = f"% {VIEW_TITLES['relative']}: {metrics}, relative improvement (\\%) of the "
+        first = f"{VIEW_TITLES['relative']}: {metrics}, relative improvement (\\%) of the "
         first += f"final value over the mean of {latex_escape(chart.baseline)}"
         what, base_head = "Metric", f"{latex_escape(chart.baseline)} mean"
         base_text = f"Last column: the {latex_escape(chart.baseline)} group's mean final value."
+    # Comments through latex_comment: a line break in a label cannot end them.
     lines = [
-        first + "; mean $\\pm$ std (ddof=1) over the runs of each group.",
-        f"% Runs per group (at most): {runs_text or 'none'}. {base_text}",
-        "% Bold: the best group per row (higher is better). Needs \\usepackage{booktabs}.",
+        latex_comment(first + "; mean $\\pm$ std (ddof=1) over the runs of each group."),
+        latex_comment(f"Runs per group (at most): {runs_text or 'none'}. {base_text}"),
+        latex_comment(
+            "Bold: the best group per row (higher is better). Needs \\usepackage{booktabs}."
+        ),
         r"\begin{tabular}{ll" + "r" * (len(labels) + 1) + "}",
         r"\toprule",
         " & ".join(["Policy", what, *(latex_escape(label) for label in labels), base_head])

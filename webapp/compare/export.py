@@ -14,9 +14,16 @@ so the same comparison gives the same bytes.
 
 Panels are titled "policy" ("pool mean" for ``_pool``) and their y-axes carry the
 metric's display name and unit from the metric catalogue (:mod:`trainer.metrics`); the
-data CSV and table CSV keep the keys. Rows are balanced and a shorter last row is
-centred, so no grid slot stays empty (:func:`layout`, :func:`panel_slots`). A figure
-with 95% CI bands that rest on fewer than 3 runs says so under its panels.
+data CSV and table CSV keep the keys and write every cell through
+:class:`webapp.core.csv_safe.SafeWriter` (a group label from a free-text config field that
+a spreadsheet would run as a formula gets a leading "'"). Rows are balanced and a shorter
+last row is centred, so no grid slot stays empty (:func:`layout`, :func:`panel_slots`). A
+figure with 95% CI bands that rest on fewer than 3 runs says so under its panels.
+
+Labels are text: no text of a figure is read as mathtext (``text.parse_math`` off, so a
+group label "$\\foo$" draws as written), a long group label is ellipsized in the legend
+(:func:`figure_label`), and in the LaTeX table every line break or control character of a
+label is a space (:func:`latex_escape`, :func:`latex_comment`).
 
 rcParams are process-global in matplotlib, so rendering holds a lock while it applies
 them (safe under a threaded server).
@@ -24,11 +31,11 @@ them (safe under a threaded server).
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import logging
 import math
+import re
 import textwrap
 import threading
 import zipfile
@@ -40,7 +47,7 @@ import numpy as np
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, LogFormatterSciNotation
 
 from trainer import metrics as m
 from webapp.compare.assemble import (
@@ -53,6 +60,7 @@ from webapp.compare.assemble import (
 )
 from webapp.compare.palette import MATPLOTLIB_DASHES
 from webapp.compare.serialize import number_text
+from webapp.core.csv_safe import SafeWriter
 
 # fontTools logs every font subset at INFO (once per PDF); that is noise in a server log.
 logging.getLogger("fontTools").setLevel(logging.WARNING)
@@ -90,7 +98,18 @@ RC: dict[str, Any] = {
     "ytick.major.size": 2.5,
     "legend.frameon": False,
     "path.simplify": False,
+    # Every text is literal: a group label such as "$\foo$" is drawn as written, not
+    # read as mathtext (an unknown command would fail the whole figure). Log axes get
+    # plain-text tick labels from :class:`PlainLogFormatter`.
+    "text.parse_math": False,
 }
+LEGEND_LABEL_CHARS = 40
+"""A group label longer than this is ellipsized in a figure's legend and notes (the data
+CSV and the tables keep the whole text): about a one-column figure's width of legend."""
+LEGEND_CHARS_PER_INCH = 18  # DejaVu Sans at 7-8 pt, about
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Line breaks (\\n, \\r, \\v, \\f, \\x85, \\u2028, \\u2029) and every other control
+character: in LaTeX a line break ends a % comment and a blank line ends a paragraph."""
 FONT_SIZES = {1: 7.0, 2: 8.0}
 METADATA = {
     "pdf": {"CreationDate": None, "ModDate": None},
@@ -115,6 +134,44 @@ def _rc(columns: int) -> dict[str, Any]:
         "legend.fontsize": size,
         "legend.title_fontsize": size,
     }
+
+
+def legend_columns(labels: Sequence[str], columns: int) -> int:
+    """How many legend entries share a row: up to 4 (one-column figure) or 6 (two), and
+    no more than fit the width side by side even if the longest labels share a row (each
+    with its handle, about 6 characters)."""
+    room = COLUMN_WIDTHS[columns] * LEGEND_CHARS_PER_INCH
+    lengths = sorted((len(figure_label(label)) + 6 for label in labels), reverse=True)
+    most = min(len(labels), 4 if columns == 1 else 6)
+    while most > 1 and sum(lengths[:most]) > room:
+        most -= 1
+    return max(most, 1)
+
+
+def figure_label(text: str, limit: int = LEGEND_LABEL_CHARS) -> str:
+    """A label as a figure shows it: on one line (line breaks and control characters as
+    spaces) and ellipsized past ``limit`` characters ("…" last)."""
+    flat = _CONTROLS.sub(" ", text)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+_SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+_MATHTEXT_NUMBER = re.compile(r"\$\\mathdefault\{(.*)\}\$")
+
+
+class PlainLogFormatter(LogFormatterSciNotation):
+    """Matplotlib's log-axis tick labels (10^k, 2x10^k where minor ticks are labelled) as
+    plain text with Unicode superscripts ("10⁻²"), for figures that read no mathtext
+    (:data:`RC`)."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        text = super().__call__(x, pos)
+        found = _MATHTEXT_NUMBER.fullmatch(text)
+        if not found:
+            return text
+        body = found.group(1).replace("\\times", "\u00d7")  # multiplication sign
+        body = re.sub(r"\^\{(-?\d+)\}", lambda m: m.group(1).translate(_SUPERSCRIPTS), body)
+        return body.replace("-", "\u2212")  # a minus sign, as matplotlib's other ticks
 
 
 def layout(n_panels: int, n_metrics: int, columns: int) -> tuple[int, int, float, float]:
@@ -176,7 +233,11 @@ def build_figure(comparison: Comparison, columns: int = 1) -> Figure:
         figure.supxlabel(note, fontsize=FONT_SIZES[columns] - 1.5, color="0.3")
     handles = [
         Line2D(
-            [], [], color=group.colour, linestyle=MATPLOTLIB_DASHES[group.dash], label=group.label
+            [],
+            [],
+            color=group.colour,
+            linestyle=MATPLOTLIB_DASHES[group.dash],
+            label=figure_label(group.label),
         )
         for group in comparison.groups
         if group.label in shown
@@ -190,7 +251,7 @@ def build_figure(comparison: Comparison, columns: int = 1) -> Figure:
         figure.legend(
             handles=handles,
             loc="outside upper center",
-            ncols=min(len(handles), 4 if columns == 1 else 6),
+            ncols=legend_columns([handle.get_label() for handle in handles], columns),
             title=title,
             handlelength=1.8,
             columnspacing=1.0,
@@ -207,7 +268,9 @@ def ci_note(comparison: Comparison, columns: int = 1) -> str | None:
     if not found:
         return None
     groups = ", ".join(
-        f"{group} (n = {n})" if n is not None else f"{group} (in places)"
+        f"{figure_label(group)} (n = {n})"
+        if n is not None
+        else f"{figure_label(group)} (in places)"
         for group, n in found.items()
     )
     text = f"95% CI from fewer than {CI_MIN_RUNS} runs: {groups}"
@@ -220,6 +283,8 @@ def _draw_panel(ax: Any, panel: Panel, comparison: Comparison) -> None:
     ax.set_ylabel(panel.y_label)
     if spec.log_y:
         ax.set_yscale("log", nonpositive="mask")
+        ax.yaxis.set_major_formatter(PlainLogFormatter())
+        ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
     if panel.x_label in ("rollouts", "response tokens"):
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     if not panel.traces:
@@ -276,7 +341,7 @@ def data_csv(comparison: Comparison) -> str:
     (``mean``/``lower``/``upper`` smoothed when the spec smooths; ``raw_mean`` the
     unsmoothed group mean). Values as in the JSON endpoint."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = SafeWriter(out)
     writer.writerow(CSV_COLUMNS)
     for panel in comparison.panels:
         for trace in panel.traces:
@@ -305,7 +370,7 @@ def table_csv(summaries: Sequence[Summary]) -> str:
     """One row per metric x policy x group x statistic: mean, std, n, and ``best`` (1 for
     the best group of that policy and statistic)."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = SafeWriter(out)
     writer.writerow(TABLE_CSV_COLUMNS)
     for summary in summaries:
         for row in summary.rows:
@@ -343,7 +408,16 @@ _LATEX_SPECIALS = {
 
 
 def latex_escape(text: str) -> str:
-    return "".join(_LATEX_SPECIALS.get(char, char) for char in text)
+    """``text`` as LaTeX text: the special characters escaped, every line break and
+    control character a space (so a label stays on its line: in its table cell, or in
+    its comment)."""
+    return "".join(_LATEX_SPECIALS.get(char, char) for char in _CONTROLS.sub(" ", text))
+
+
+def latex_comment(text: str) -> str:
+    """One LaTeX comment line, "% text", whatever ``text`` holds: its line breaks and
+    control characters become spaces, so nothing after them can leave the comment."""
+    return "% " + _CONTROLS.sub(" ", text)
 
 
 def decimals_for(values: Sequence[float]) -> int:
@@ -372,11 +446,14 @@ def _one_table_latex(summary: Summary) -> str:
     decimals = decimals_for(values)
     direction = "lower" if summary.lower_is_better else "higher"
     lines = [
-        f"% {m.label(summary.metric)} ({summary.metric}): final, best and mean value per "
-        "run; mean $\\pm$ std "
-        f"(ddof=1) over the runs of each group, n runs.",
-        f"% Bold: the best group per policy and column ({direction} is better). "
-        "Needs \\usepackage{booktabs}.",
+        latex_comment(
+            f"{m.label(summary.metric)} ({summary.metric}): final, best and mean value per "
+            "run; mean $\\pm$ std (ddof=1) over the runs of each group, n runs."
+        ),
+        latex_comment(
+            f"Bold: the best group per policy and column ({direction} is better). "
+            "Needs \\usepackage{booktabs}."
+        ),
         r"\begin{tabular}{llrrrr}",
         r"\toprule",
         r"Policy & Group & Final & Best & Mean & $n$ \\",
