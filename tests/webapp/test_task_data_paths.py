@@ -68,6 +68,10 @@ def unprivileged() -> Iterator[None]:
         os.seteuid(0)
 
 
+UNAVAILABLE = "not a data file this deployment can read"
+"""The start of the one message for a missing, outside or unreadable file."""
+
+
 def file_task(lab: Lab, data_dir: Path, **task: str) -> dict[str, str]:
     """A valid SGT page whose task is a math file task on ``data_dir``'s files."""
     data = sgt_data(ExperimentComposer(lab=lab))
@@ -105,8 +109,8 @@ def bad_values(data_dir: Path) -> dict[str, tuple[str, str]]:
         "traversal-relative": ("../../etc/passwd", "must be an absolute path"),
         "traversal": (f"{data_dir}/../../etc/passwd", "cannot go up a directory"),
         "traversal-back-in": (f"{data_dir}/../{data_dir.name}/train.jsonl", "'..'"),
-        "missing": (f"{data_dir}/missing.jsonl", "not a data file this deployment can read"),
-        "missing-parent": (f"{data_dir}/train.jsonl/x.jsonl", "not a data file this deployment can read"),
+        "missing": (f"{data_dir}/missing.jsonl", UNAVAILABLE),
+        "missing-parent": (f"{data_dir}/train.jsonl/x.jsonl", UNAVAILABLE),
         "directory": (f"{data_dir}/folder.jsonl", "is a directory, not a regular file"),
         "fifo": (f"{data_dir}/pipe.jsonl", "is a FIFO (named pipe), not a regular file"),
         "empty": (f"{data_dir}/empty.jsonl", "is empty"),
@@ -115,7 +119,7 @@ def bad_values(data_dir: Path) -> dict[str, tuple[str, str]]:
         "suffix-txt": (f"{data_dir}/train.txt", "must be a file the task loaders read"),
         "no-suffix": ("/etc/passwd", "must be a file the task loaders read"),
         "too-long": ("/" + "a" * 1200 + ".jsonl", "longer than 1000"),
-        "name-too-long": ("/" + "a" * 300 + ".jsonl", "not a data file this deployment can read"),
+        "name-too-long": ("/" + "a" * 300 + ".jsonl", UNAVAILABLE),
     }
 
 
@@ -297,7 +301,7 @@ def test_a_sweep_does_not_copy_a_bad_path(
     Experiment.objects.exclude(pk=source.pk).delete()
     (data_dir / "train.jsonl").unlink()
     errors = " ".join(_sweep(client, source).context["form"].non_field_errors())
-    assert "task.train_path" in errors and "not a data file this deployment can read" in errors, errors
+    assert "task.train_path" in errors and UNAVAILABLE in errors, errors
     assert not Sweep.objects.exists()
 
 
