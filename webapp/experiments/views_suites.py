@@ -54,7 +54,8 @@ def suite_create(request: HttpRequest) -> HttpResponse:
     form = SuiteForm(request.POST or None, lab=lab)
     if request.method == "POST" and form.is_valid():
         suite = compose_services.eval_suite_create(owner=request.user, lab=lab, **_values(form))
-        added = f"Added suite {suite.name} ({len(suite.tasks)} tasks)."
+        count = len(suite.tasks)
+        added = f"Added suite {suite.name} ({count} task{'' if count == 1 else 's'})."
         messages.success(request, added + _later(form))
         return redirect("experiments:suite_list")
     return render(request, "experiments/suite_form.html", {"form": form})
