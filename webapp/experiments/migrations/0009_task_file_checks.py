@@ -5,28 +5,46 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('experiments', '0008_series_rollups'),
+        ("experiments", "0008_series_rollups"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TaskFileCheck',
+            name="TaskFileCheck",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('path', models.CharField(help_text="The file's real path", max_length=1000)),
-                ('type', models.CharField(help_text='The task type it was read as', max_length=32)),
-                ('size', models.BigIntegerField()),
-                ('mtime_ns', models.BigIntegerField()),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('done', 'Done')], default='pending', max_length=16)),
-                ('items', models.IntegerField(blank=True, null=True)),
-                ('error', models.TextField(blank=True, help_text='Why the file cannot be used; blank: fine')),
-                ('requested_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('checked_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("path", models.CharField(help_text="The file's real path", max_length=1000)),
+                ("type", models.CharField(help_text="The task type it was read as", max_length=32)),
+                ("size", models.BigIntegerField()),
+                ("mtime_ns", models.BigIntegerField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("done", "Done")],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("items", models.IntegerField(blank=True, null=True)),
+                (
+                    "error",
+                    models.TextField(
+                        blank=True, help_text="Why the file cannot be used; blank: fine"
+                    ),
+                ),
+                ("requested_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("checked_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('path', 'type'), name='task_file_check_unique')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("path", "type"), name="task_file_check_unique")
+                ],
             },
         ),
     ]
