@@ -4,7 +4,7 @@ evaluate a checkpoint or a whole run.
     python -m trainer run --config CONFIG.json --run-dir DIR [--steps N] [--resume]
                           [--ingest-url URL --token TOKEN]
     python -m trainer zoo build [--zoo-dir DIR] [--seed S] [--force]
-                                [--recipe default|complementary|all]
+                                [--recipe default|complementary|gap|shapes|all]
     python -m trainer validate --config CONFIG.json
     python -m trainer ship --run-dir DIR --ingest-url URL [--token TOKEN]
     python -m trainer eval --suite SUITE.json --checkpoint DIR [--policy NAME] --out FILE
@@ -74,7 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="train the pool of CONFIG into DIR")
     run.add_argument("--config", type=Path, required=True, help="run config JSON")
     run.add_argument("--run-dir", type=Path, required=True, help="where spool and checkpoints go")
-    run.add_argument("--steps", type=int, help="stop after this step (default: config.steps)")
+    run.add_argument(
+        "--steps",
+        type=int,
+        help="stop after this step (default: the run's last: config.steps, plus the extra "
+        "steps of its regime, e.g. sequential_sft's sft_steps)",
+    )
     run.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     run.add_argument("--ingest-url", help="the web app's ingest endpoint for this run")
     run.add_argument("--token", help="the run token (default: $MRL_INGEST_TOKEN)")
@@ -97,8 +102,10 @@ def _parser() -> argparse.ArgumentParser:
         choices=(*ZOO_RECIPES, "all"),
         default="default",
         help="which policies: the normal zoo (default), the complementary-skills pool "
-        "(one skill each of addition, subtraction, multiplication), the random-init models "
-        "of real shapes for GPU benchmarks (shapes, ~2.7 GB), or all but the shapes",
+        "(one skill each of addition, subtraction, multiplication), the systematic-gap "
+        "pool (gap: two-digit addition, one clean policy, one that drops the ones carry, "
+        "one that drops the hundreds), the random-init models of real shapes for GPU "
+        "benchmarks (shapes, ~2.7 GB), or all but the shapes",
     )
 
     validate = commands.add_parser("validate", help="check a config and print it normalised")
@@ -218,7 +225,7 @@ def _run(args: argparse.Namespace) -> int:
     from trainer.zoo import default_zoo_dir
 
     config = _load_config(args.config)
-    steps = config.steps if args.steps is None else args.steps
+    steps = config.total_steps if args.steps is None else args.steps
     if steps < 1:
         raise UserFacingError(f"--steps must be >= 1; got {steps}")
     if args.ship_timeout < 0:
@@ -257,12 +264,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _zoo_build(args: argparse.Namespace) -> int:
-    from trainer.zoo import COMPLEMENTARY_IDS, ZOO_IDS, build_zoo, default_zoo_dir
+    from trainer.zoo import COMPLEMENTARY_IDS, GAP_IDS, ZOO_IDS, build_zoo, default_zoo_dir
 
     zoo_dir = args.zoo_dir or default_zoo_dir()
     started = time.perf_counter()
     # "all" is every tiny policy; the shape models (gigabytes) only when asked for by name.
-    ids = ZOO_IDS + COMPLEMENTARY_IDS if args.recipe == "all" else ZOO_RECIPES[args.recipe]
+    ids = (
+        ZOO_IDS + COMPLEMENTARY_IDS + GAP_IDS if args.recipe == "all" else ZOO_RECIPES[args.recipe]
+    )
     built = build_zoo(zoo_dir, seed=args.seed, ids=ids, force=args.force)
     for zoo_id, path in built.items():
         print(f"{zoo_id}: {path}")

@@ -48,8 +48,14 @@ LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 KL_ESTIMATORS = ("k3",)
 ADVANTAGE_ESTIMATORS = ("grpo",)
 OFF_POLICY = ("none", "remix")
-TASK_KINDS = ("arithmetic", "math_file", "multiple_choice_file")
+TASK_KINDS = ("arithmetic", "addition_slices", "math_file", "multiple_choice_file")
+GENERATED_TASK_KINDS = ("arithmetic", "addition_slices")
+"""The task kinds that generate their problems (no data files)."""
+FILE_TASK_KINDS = tuple(kind for kind in TASK_KINDS if kind not in GENERATED_TASK_KINDS)
 MAX_POOL = 8
+MAX_SLICES_VAL_SIZE = 600
+"""The addition_slices task's largest validation set: 150 a slice (its smallest slice's
+validation part holds 157, :mod:`trainer.tasks.addition_slices`)."""
 MAX_MICRO_BATCH = 65_536
 """The most sequences one forward/backward takes; the divisibility hint counts up to it."""
 REFLECTION_MARKERS = (
@@ -359,7 +365,14 @@ class RunConfig:
     )
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
-    steps: int = field(default=100, metadata={"help": "Training steps", "min": 1})
+    steps: int = field(
+        default=100,
+        metadata={
+            "help": "Training steps (RL; a regime may run extra steps after them: "
+            "sequential_sft's sft_steps)",
+            "min": 1,
+        },
+    )
     prompts_per_step: int = field(
         default=32, metadata={"help": "Prompts per step (shared)", "min": 1}
     )
@@ -388,6 +401,13 @@ class RunConfig:
 
             self.sections[regime] = regime_spec(regime).section()
         return self.sections[regime]
+
+    @property
+    def total_steps(self) -> int:
+        """The run's last step: its ``steps``, plus the steps its regime runs after them
+        (its section's optional ``extra_steps()``: ``sequential_sft``'s SFT stage)."""
+        extra = getattr(self.sections.get(self.regime), "extra_steps", None)
+        return self.steps + (extra() if extra is not None else 0)
 
     # --- JSON ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -526,6 +546,14 @@ class RunConfig:
                 "task.levels",
                 "levels must be a non-empty list of integers from 1 to 6",
             )
+        elif task.kind == "addition_slices":
+            check(
+                task.val_size <= MAX_SLICES_VAL_SIZE,
+                "task.val_size",
+                f"the addition_slices task holds out at most {MAX_SLICES_VAL_SIZE} validation "
+                f"problems ({MAX_SLICES_VAL_SIZE // 4} a slice); use val_size <= "
+                f"{MAX_SLICES_VAL_SIZE}",
+            )
         elif task.kind in TASK_KINDS:
             check(bool(task.train_path), "task.train_path", f"a {task.kind} task needs train_path")
             check(bool(task.val_path), "task.val_path", f"a {task.kind} task needs val_path")
@@ -631,6 +659,28 @@ class RunConfig:
 
 
 # --- helpers ----------------------------------------------------------------------------
+def stored_total_steps(data: Any) -> int | None:
+    """:attr:`RunConfig.total_steps` of a stored run config (its JSON data), read without
+    validating it, for what shows a run's progress (step N of M): ``steps`` plus the
+    ``extra_steps()`` of its regime's section (its fields as stored, defaults for the
+    rest). None when ``steps`` is not a positive integer; just ``steps`` when the regime
+    or its section cannot be read."""
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        return None
+    from trainer.regimes import regime_spec
+
+    regime = data.get("regime", "standalone")
+    try:
+        section = regime_spec(regime).settings_from(data.get(regime))
+    except (KeyError, TypeError, ValueError):
+        return steps
+    extra = getattr(section, "extra_steps", None)
+    added = extra() if extra is not None else 0
+    valid = isinstance(added, int) and not isinstance(added, bool) and added >= 0
+    return steps + added if valid else steps
+
+
 def remix_fresh_prompts(prompts_per_step: int, replay_fraction: float) -> int:
     """Fresh prompts per ReMix step: the batch's other share ``p`` comes from the replay."""
     return round((1.0 - replay_fraction) * prompts_per_step)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trainer.config import TaskConfig
+from trainer.tasks.addition_slices import AdditionSlicesTask
 from trainer.tasks.arithmetic import ArithmeticTask
 from trainer.tasks.base import Problem, Task
 from trainer.tasks.loaders import FileTask, load_math_file, load_multiple_choice_file
@@ -10,6 +11,7 @@ from trainer.tasks.rewards import REWARDS, RewardFn, get_reward
 
 __all__ = [
     "REWARDS",
+    "AdditionSlicesTask",
     "ArithmeticTask",
     "FileTask",
     "Problem",
@@ -29,6 +31,8 @@ def make_task(config: TaskConfig, *, seed: int) -> Task:
     """The task a run config asks for, seeded with the run's seed."""
     if config.kind == "arithmetic":
         return ArithmeticTask(seed=seed, levels=tuple(config.levels), val_size=config.val_size)
+    if config.kind == "addition_slices":
+        return AdditionSlicesTask(seed=seed, val_size=config.val_size)
     if config.kind in FILE_TASK_REWARDS:
         if not config.train_path or not config.val_path:
             raise ValueError(f"a {config.kind} task needs both train_path and val_path")
@@ -39,5 +43,5 @@ def make_task(config: TaskConfig, *, seed: int) -> Task:
             seed=seed,
             val_size=config.val_size,
         )
-    known = ", ".join(["arithmetic", *FILE_TASK_REWARDS])
+    known = ", ".join(["arithmetic", "addition_slices", *FILE_TASK_REWARDS])
     raise ValueError(f"unknown task kind {config.kind!r}; use one of {known}")

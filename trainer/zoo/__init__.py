@@ -26,6 +26,14 @@ COMPLEMENTARY_IDS: tuple[str, ...] = (
 )
 """The complementary-skills pool: the same three families, each warm-started on one skill
 of the mixed task (levels 3, 4, 6): addition, subtraction, multiplication."""
+GAP_IDS: tuple[str, ...] = (
+    "tiny-llama-char-sum",
+    "tiny-qwen-bpe-nocarry",
+    "tiny-gpt2-unigram-nohundreds",
+)
+"""The systematic-gap pool: the same three families on two-digit addition; one clean,
+one that always drops the ones carry, one that always drops the hundreds
+(:mod:`trainer.tasks.addition_slices`)."""
 SHAPE_IDS: tuple[str, ...] = ("shape-qwen2.5-0.5b", "shape-llama-3.2-1b")
 """Random-init models with the architecture shapes of real checkpoints, for GPU
 benchmarks (:mod:`trainer.zoo.shapes`): built only when asked for (``--recipe shapes``),
@@ -33,10 +41,11 @@ never by the default build."""
 ZOO_RECIPES: dict[str, tuple[str, ...]] = {
     "default": ZOO_IDS,
     "complementary": COMPLEMENTARY_IDS,
+    "gap": GAP_IDS,
     "shapes": SHAPE_IDS,
 }
 """The sets ``python -m trainer zoo build --recipe NAME`` builds."""
-ALL_ZOO_IDS: tuple[str, ...] = ZOO_IDS + COMPLEMENTARY_IDS + SHAPE_IDS
+ALL_ZOO_IDS: tuple[str, ...] = ZOO_IDS + COMPLEMENTARY_IDS + GAP_IDS + SHAPE_IDS
 ZOO_PREFIX = "zoo:"
 
 

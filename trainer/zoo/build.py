@@ -27,7 +27,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from trainer.tasks.addition_slices import AdditionSlicesTask
 from trainer.tasks.arithmetic import ArithmeticTask, skill_of
+from trainer.tasks.base import Problem
 from trainer.zoo.models import ModelSize, build_model, count_parameters
 from trainer.zoo.sft import SFTConfig, greedy_accuracy, train_sft
 from trainer.zoo.tokenizers import (
@@ -61,6 +63,8 @@ VALIDATION_LEVELS = (1, 2, 3)
 COMPLEMENTARY_LEVELS = (3, 4, 6)
 """The mixed task of the complementary pool: two-digit addition, two-digit subtraction,
 two-digit times one-digit (``examples/complementary.json``'s ``task.levels``)."""
+GAP_VALIDATION_SIZE = 200
+"""The gap pool's build reports accuracy on 50 validation problems a slice."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ class Recipe:
     accuracy_floor: float = SFT_ACCURACY_FLOOR
     """The greedy accuracy, on the validation problems of the levels SFT trains on, below
     which SFT goes on (see :data:`SFT_ACCURACY_FLOOR`)."""
+    validation_task: str = "arithmetic"
+    """The task of that validation set: ``"arithmetic"`` (of ``validation_levels``) or
+    ``"addition_slices"`` (:mod:`trainer.tasks.addition_slices`, by slice)."""
 
     @property
     def trained_levels(self) -> tuple[int, ...]:
@@ -105,9 +112,12 @@ class Recipe:
 _LATER_FIELDS: dict[str, Any] = {
     "validation_levels": VALIDATION_LEVELS,
     "accuracy_floor": SFT_ACCURACY_FLOOR,
+    "validation_task": "arithmetic",
 }
 _LATER_SFT_FIELDS: dict[str, Any] = {
     "held_out_levels": SFTConfig.__dataclass_fields__["held_out_levels"].default,
+    "slip": "carry",
+    "hold_out_slices": False,
 }
 
 
@@ -191,6 +201,40 @@ COMPLEMENTARY_RECIPES: dict[str, Recipe] = {
 """The complementary-skills pool (``trainer zoo build --recipe complementary``)."""
 RECIPES |= COMPLEMENTARY_RECIPES
 
+GAP_RECIPES: dict[str, Recipe] = {
+    recipe.id: recipe
+    for recipe in (
+        # The systematic-gap pool (trainer.tasks.addition_slices): three families on
+        # two-digit addition, none trained on a validation problem of any seed. The
+        # char-level llama sees clean demonstrations; the BPE qwen always drops the carry
+        # out of the ones (wrong on every carry and carry_overflow prompt); the unigram
+        # gpt2 always drops the carry into the hundreds (wrong on overflow and
+        # carry_overflow). Each weak policy is right where the other fails.
+        replace(
+            RECIPES[base],
+            id=f"{base}-{suffix}",
+            sft=SFTConfig(
+                steps=steps,
+                level_weights=((3, 1.0),),
+                carry_slip=1.0 if slip else 0.0,
+                slip_levels=(3,) if slip else (),
+                slip=slip or "carry",
+                hold_out_slices=True,
+            ),
+            validation_levels=(3,),
+            validation_task="addition_slices",
+            accuracy_floor=floor,
+        )
+        for base, suffix, slip, steps, floor in (
+            ("tiny-llama-char", "sum", "", 900, 0.6),
+            ("tiny-qwen-bpe", "nocarry", "carry", 900, 0.3),
+            ("tiny-gpt2-unigram", "nohundreds", "hundreds", 900, 0.3),
+        )
+    )
+}
+"""The systematic-gap pool (``trainer zoo build --recipe gap``)."""
+RECIPES |= GAP_RECIPES
+
 
 @dataclass
 class Policy:
@@ -234,7 +278,7 @@ def make_policy(zoo_id: str, seed: int = 0, sft_steps: int | None = None) -> Pol
     with _single_thread():
         tokenizer = make_tokenizer(recipe, seed)
         model = build_model(recipe.family, tokenizer, recipe.size, seed)
-        validation = ArithmeticTask(seed=seed, levels=recipe.validation_levels).validation()
+        validation = validation_problems(recipe, seed)
         trained = [p for p in validation if p.difficulty in recipe.trained_levels] or validation
 
         def partial_accuracy_reached() -> bool:
@@ -248,7 +292,7 @@ def make_policy(zoo_id: str, seed: int = 0, sft_steps: int | None = None) -> Pol
         accuracy, correct = greedy_accuracy(model, tokenizer, validation)
     by_skill: dict[str, list[bool]] = {}
     for problem, ok in zip(validation, correct, strict=True):
-        by_skill.setdefault(skill_of(problem.difficulty), []).append(ok)
+        by_skill.setdefault(problem.skill or skill_of(problem.difficulty), []).append(ok)
     manifest = {
         "id": recipe.id,
         "family": recipe.family,
@@ -269,6 +313,13 @@ def make_policy(zoo_id: str, seed: int = 0, sft_steps: int | None = None) -> Pol
         "build_seconds": round(time.monotonic() - started, 1),
     }
     return Policy(model, tokenizer, manifest)
+
+
+def validation_problems(recipe: Recipe, seed: int) -> list[Problem]:
+    """The validation set a recipe's manifest reports accuracy on (of the build seed)."""
+    if recipe.validation_task == "addition_slices":
+        return AdditionSlicesTask(seed=seed, val_size=GAP_VALIDATION_SIZE).validation()
+    return ArithmeticTask(seed=seed, levels=recipe.validation_levels).validation()
 
 
 def save_policy(policy: Policy, directory: Path) -> None:

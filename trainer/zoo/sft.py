@@ -25,6 +25,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.chat import format_prompt
+from trainer.tasks.addition_slices import dropped_hundreds, is_validation_expression
 from trainer.tasks.arithmetic import (
     ADDITIVE_LEVELS,
     ArithmeticTask,
@@ -59,6 +60,13 @@ class SFTConfig:
     warmup_steps: int = 20
     pool_size: int = 4096
     held_out_levels: tuple[tuple[int, ...], ...] = ((1, 2, 3), ADDITIVE_LEVELS)
+    slip: str = "carry"
+    """What a slipped demonstration gets wrong: ``"carry"`` drops the carry out of the
+    ones digits (``47+38 -> 75``), ``"hundreds"`` the carry into the hundreds (``63+52 ->
+    15``); see :data:`SLIPS`."""
+    hold_out_slices: bool = False
+    """Never train on the validation part of the addition_slices task (held out for every
+    seed, :func:`trainer.tasks.addition_slices.is_validation_expression`)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,8 @@ def held_out_expressions(
 
 def sft_problems(config: SFTConfig, seed: int, held_out: Collection[str]) -> list[Problem]:
     """``config.pool_size`` demonstrations drawn with the configured mixture and slips."""
+    if config.slip not in SLIPS:
+        raise ValueError(f"unknown slip {config.slip!r}; use one of {', '.join(SLIPS)}")
     rng = random.Random(f"zoo-sft-{seed}")
     levels = [level for level, _ in config.level_weights]
     weights = [weight for _, weight in config.level_weights]
@@ -95,10 +105,10 @@ def sft_problems(config: SFTConfig, seed: int, held_out: Collection[str]) -> lis
         (level,) = rng.choices(levels, weights)
         expression, value = make_expression(rng, level)
         prompt = prompt_for(expression)
-        if prompt in held_out:
+        if prompt in held_out or (config.hold_out_slices and is_validation_expression(expression)):
             continue
         slips = level in config.slip_levels and rng.random() < config.carry_slip
-        answer = dropped_carry(expression, value) if slips else value
+        answer = SLIPS[config.slip](expression, value) if slips else value
         problems.append(Problem(f"sft-{len(problems):05d}", prompt, str(answer), level))
     return problems
 
@@ -113,6 +123,22 @@ def dropped_carry(expression: str, value: int) -> int:
         return value
     left, right = int(match[1]), int(match[2])
     return value - 10 if left % 10 + right % 10 >= 10 else value
+
+
+def dropped_hundreds_of(expression: str, value: int) -> int:
+    """``value`` as written by someone who drops the carry into the hundreds: two-term
+    additions of a three-digit total lose their leading 1 (``63+52`` gives 15)."""
+    match = ADDITION.fullmatch(expression)
+    if match is None:
+        return value
+    return dropped_hundreds(int(match[1]), int(match[2]))
+
+
+SLIPS: dict[str, Callable[[str, int], int]] = {
+    "carry": dropped_carry,
+    "hundreds": dropped_hundreds_of,
+}
+"""A slipped demonstration's answer, by :attr:`SFTConfig.slip`."""
 
 
 def encode_examples(

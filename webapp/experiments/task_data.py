@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from trainer.config import TASK_KINDS
+from trainer.config import FILE_TASK_KINDS, GENERATED_TASK_KINDS
 from trainer.tasks.loaders import DATA_SUFFIXES
 from webapp.core.server_files import (
     RUN_DATA_FILE,
@@ -40,7 +40,7 @@ PATH_FIELDS = ("train_path", "val_path")
 PATH_CHARACTERS = re.compile(r"^[A-Za-z0-9_./+-]*$")
 """The characters a job-script path may hold (``scheduler/jobs.py::PATH``)."""
 MAX_PATH = 1000
-FILE_KINDS = tuple(kind for kind in TASK_KINDS if kind != "arithmetic")
+FILE_KINDS = FILE_TASK_KINDS
 EXAMPLE = "/data/gsm8k/train.jsonl"
 
 
@@ -92,8 +92,8 @@ def task_data_problems(task: Any, *, dirs: Sequence[str] | None = None) -> dict[
             continue
         if not isinstance(value, str):
             continue  # RunConfig reports the type
-        if kind == "arithmetic":
-            problems[f"task.{name}"] = unused_path_message(name)
+        if kind in GENERATED_TASK_KINDS:
+            problems[f"task.{name}"] = unused_path_message(name, kind)
         elif kind in FILE_KINDS:
             problem = task_path_problem(name, value, dirs=dirs)
             if problem:
@@ -101,9 +101,9 @@ def task_data_problems(task: Any, *, dirs: Sequence[str] | None = None) -> dict[
     return problems
 
 
-def unused_path_message(name: str) -> str:
+def unused_path_message(name: str, kind: str = "arithmetic") -> str:
     return (
-        f"the arithmetic task reads no data file: clear {name}, or choose kind "
+        f"the {kind} task reads no data file: clear {name}, or choose kind "
         f"{' or '.join(FILE_KINDS)} to train on files"
     )
 
