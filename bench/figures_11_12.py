@@ -12,10 +12,10 @@ reduced schedule). Regimes: standalone GRPO, SGT and sequential peer SFT
 ``--sft-steps`` steps fine-tune on them), the same total steps each, ``--seeds`` each.
 
 * **Figure 11**, per policy: the relative improvement of the final ``val/reward@1`` of
-  SGT and of sequential SFT over standalone, ``(x - s) / s`` in %, paired by seed (the
-  seed fixes the validation set and the train stream), mean ± std over the seeds. "n/a"
-  where standalone's mean is 0; seeds where standalone scored 0 are left out of the mean
-  (the cell says over how many seeds it is, then).
+  SGT and of sequential SFT over standalone, ``(mean_x - mean_s) / |mean_s|`` in %
+  (:func:`trainer.stats.relative_improvement`, the compare page's estimator), with the
+  std over seeds of ``(x - mean_s) / |mean_s|``. Every seed counts, one where standalone
+  scored 0 too; "n/a" where standalone's mean is 0.
 * **Figure 12**, per policy and task of the trainer's synthetic evaluation suite
   (:func:`trainer.evals.synthetic.write_synthetic_suite`, scored with
   :func:`trainer.evals.evaluate.evaluate_suite`): the base model's accuracy, then each
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -49,6 +50,7 @@ from bench.regimes import (
     _fmt,
     run_one,
 )
+from trainer.stats import relative_improvement
 
 POOL = "complementary"
 REGIMES = ("standalone", "sgt", "sequential_sft")
@@ -139,18 +141,20 @@ class Evaluator:
 
 
 def relative_improvements(regime: list[float], standalone: list[float]) -> dict[str, Any]:
-    """``(x - s) / s`` in %, per seed (pairs with ``s`` = 0 left out), their mean and std;
-    ``mean`` None when standalone's mean is 0 (no relative improvement to speak of)."""
-    per_seed = [
-        None if s == 0 else 100.0 * (x - s) / s for x, s in zip(regime, standalone, strict=True)
-    ]
+    """Figure 11's one estimator, :func:`trainer.stats.relative_improvement` (the app's bar
+    view and its exports call it too): ``(mean_x - mean_s) / |mean_s|`` in %, every seed
+    counted (one where standalone scored 0 too). ``per_seed``: ``(x - mean_s) / |mean_s|``
+    per seed, whose mean is ``mean`` and whose std is ``std``; ``mean`` None, and
+    ``undefined`` the reason, when standalone's mean is 0 (or there is no value)."""
+    found = relative_improvement(regime, standalone)
+    per_seed = [value if math.isfinite(value) else None for value in found.per_run]
     kept = [value for value in per_seed if value is not None]
-    defined = statistics.mean(standalone) != 0 and bool(kept)
     return {
         "per_seed": per_seed,
-        "mean": statistics.mean(kept) if defined else None,
-        "std": statistics.stdev(kept) if defined and len(kept) > 1 else None,
-        "seeds": len(kept),
+        "mean": found.estimate if found.defined else None,
+        "std": statistics.stdev(kept) if found.defined and len(kept) > 1 else None,
+        "seeds": found.n,
+        "undefined": found.undefined,
         "standalone_mean": statistics.mean(standalone),
         "regime_mean": statistics.mean(regime),
     }
@@ -163,7 +167,7 @@ def _relative_cell(entry: dict[str, Any], seeds: int) -> str:
     if entry["std"] is not None:
         cell += f" ± {entry['std']:.1f}%"
     if entry["seeds"] < seeds:
-        cell += f" ({entry['seeds']} of {seeds} seeds)"
+        cell += f" ({entry['seeds']} of {seeds} seeds have a value)"
     return cell
 
 
@@ -179,7 +183,7 @@ def figure_11(results: dict[str, list[RunResult]], seeds: list[int]) -> dict[str
             if name != "standalone"
         }
     print("Figure 11: relative improvement of the final val/reward@1 over standalone,")
-    print("(x - s) / s per seed, mean ± std over seeds (n/a: standalone's mean is 0).\n")
+    print("(mean_x - mean_s) / |mean_s|, ± std over seeds (n/a: standalone's mean is 0).\n")
     sharing = [name for name in results if name != "standalone"]
     header = ["policy", "standalone", *sharing, *(f"{name} vs standalone" for name in sharing)]
     print("| " + " | ".join(header) + " |")

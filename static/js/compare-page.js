@@ -2,7 +2,9 @@
 // and the summary table. Data, smoothing and grouping come from the server
 // (/api/v1/compare), the same code that renders the exports, so screen and paper agree.
 // The "View" choice swaps the curves for a bar view (compare-bars.js, from
-// /api/v1/compare/bars): per-task evaluation or the relative improvement over a baseline.
+// /api/v1/compare/bars): per-task evaluation or the relative improvement over a baseline;
+// or for the significance view (compare-significance.js, the same endpoint with
+// view=significance): paired t intervals by seed (Welch when unpaired), Holm's p.
 //
 // Every string from the server goes into the page through textContent (never innerHTML),
 // and into Plotly through plot-text.js (escaped; a legend entry ellipsized, the whole
@@ -158,10 +160,39 @@
     return select && select.value ? select.value : "curves";
   }
 
+  function setSigExportLinks(spec) {
+    for (const link of document.querySelectorAll("#sig-exports a[data-sig-export]")) {
+      const params = new URLSearchParams(spec);
+      if (link.dataset.columns) params.set("columns", link.dataset.columns);
+      link.href = config.urls.bars_file.replace("FMT", link.dataset.sigExport) + "?" + params;
+    }
+  }
+
+  // The significance view's parts of the page (compare-significance.js draws them).
+  const sigParts = {
+    title: document.getElementById("sig-title"),
+    empty: document.getElementById("sig-empty"),
+    sentences: document.getElementById("sig-sentences"),
+    forest: document.getElementById("sig-forest"),
+    table: document.getElementById("sig-table"),
+    method: document.getElementById("sig-method"),
+  };
+
   function showView(view) {
     document.getElementById("curves-card").hidden = view !== "curves";
-    document.getElementById("bars-card").hidden = view === "curves";
-    for (const node of document.querySelectorAll("[data-for-view]")) node.hidden = node.dataset.forView !== view;
+    document.getElementById("bars-card").hidden = !["tasks", "relative"].includes(view);
+    document.getElementById("sig-card").hidden = view !== "significance";
+    // data-for-view: the views (space-separated) a control belongs to.
+    for (const node of document.querySelectorAll("[data-for-view]")) {
+      node.hidden = !node.dataset.forView.split(" ").includes(view);
+    }
+  }
+
+  function setBaselineOptions(data) {
+    const options = document.getElementById("baseline-options");
+    options.replaceChildren(...data.groups.map((group) => el("option", { value: group.label })));
+    const baseline = controls.elements.namedItem("baseline");
+    if (baseline && data.baseline) baseline.placeholder = data.baseline;
   }
 
   function renderBars(data) {
@@ -170,10 +201,7 @@
     empty.textContent = data.empty || "";
     empty.hidden = !data.empty;
     window.CompareBars.render(document.getElementById("bar-panels"), data);
-    const options = document.getElementById("baseline-options");
-    options.replaceChildren(...data.groups.map((group) => el("option", { value: group.label })));
-    const baseline = controls.elements.namedItem("baseline");
-    if (baseline && data.baseline) baseline.placeholder = data.baseline;
+    setBaselineOptions(data);
   }
 
   async function refresh() {
@@ -189,12 +217,17 @@
       if (view === "curves") {
         data = await getJSON(config.urls.data, params);
         renderPanels(data, params.get("log_y") === "1");
+      } else if (view === "significance") {
+        data = await getJSON(config.urls.bars, params);
+        window.CompareSignificance.render(sigParts, data);
+        setBaselineOptions(data);
+        setSigExportLinks(data.spec);
       } else {
         data = await getJSON(config.urls.bars, params);
         renderBars(data);
         setBarExportLinks(data.spec);
       }
-      // The bar view's "nothing to draw" reason is shown in its card, not again here.
+      // A view's "nothing to draw" reason is shown in its card, not again here.
       notes.textContent = (data.notes || []).filter((note) => note !== data.empty).join(" ");
       notes.classList.remove("error");
       const summaryParams = new URLSearchParams(data.spec);
@@ -204,7 +237,8 @@
     } catch (error) {
       notes.textContent = String(error.message || error);
       notes.classList.add("error");
-      if (view !== "curves") document.getElementById("bar-panels").replaceChildren();
+      if (view === "significance") window.CompareSignificance.clear(sigParts);
+      else if (view !== "curves") document.getElementById("bar-panels").replaceChildren();
     }
   }
 

@@ -350,7 +350,10 @@ def _reply_schemas(kinds: tuple[str, ...]) -> dict[str, Any]:
         },
         "ComparisonBars": {
             "type": "object",
-            "description": "A bar view of a comparison (webapp.compare.serialize.bars_json).",
+            "description": "A bar view of a comparison (webapp.compare.serialize.bars_json), "
+            "or for view=significance its table (webapp.compare.serialize.significance_json: "
+            "rows of policy, metric, group, interval {estimate, low, high, n, df, p, method, "
+            "p_adjusted}, note and sentence).",
         },
     }
 
@@ -548,11 +551,19 @@ def _paths(kinds: tuple[str, ...]) -> dict[str, Any]:
             ],
         ),
         "/api/v1/compare/bars": _read(
-            "A comparison's bar view: per-task evaluation or relative improvement",
+            "A comparison's bar view: per-task evaluation, relative improvement, or the "
+            "significance of each group's difference to the baseline (paired t or Welch "
+            "interval, Holm-adjusted p, one sentence per comparison)",
             "ComparisonBars",
             [
                 *SPEC_QUERY,
-                _query("view", {"type": "string", "enum": ["tasks", "relative"]}),
+                _query("view", {"type": "string", "enum": ["tasks", "relative", "significance"]}),
+                _query(
+                    "sig_step",
+                    {"type": "string"},
+                    "Significance view: the step compared (each run's last value at or before "
+                    "it); default: each run's final value",
+                ),
                 _query("suite", {"type": "string"}, "Evaluation suite; default: the first"),
                 _query("score", {"type": "string", "enum": ["accuracy", "acc_norm"]}),
                 _query("baseline", {"type": "string"}, "Group label; default: standalone"),

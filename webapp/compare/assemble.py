@@ -116,12 +116,12 @@ class Trace:
     raw_mean: np.ndarray
 
 
-@dataclass
-class Panel:
+class PolicyMetricLabels:
+    """The names people read of a ``policy`` and ``metric`` (a panel's, a significance
+    row's), from the metric catalogue."""
+
     policy: str
     metric: str
-    x_label: str
-    traces: list[Trace] = field(default_factory=list)
 
     @property
     def policy_label(self) -> str:
@@ -132,6 +132,14 @@ class Panel:
     def metric_label(self) -> str:
         """The metric's display name: "Validation reward@1"."""
         return m.label(self.metric)
+
+
+@dataclass
+class Panel(PolicyMetricLabels):
+    policy: str
+    metric: str
+    x_label: str
+    traces: list[Trace] = field(default_factory=list)
 
     @property
     def y_label(self) -> str:

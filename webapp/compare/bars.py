@@ -14,11 +14,13 @@ checkpoint's step; step 0 holds the base model, evaluated before any update.
   evaluated): it is noted. Per (policy, task) the base model's value, the mean of the
   runs' step-0 values (one model, so they agree), is drawn as a marker.
 - :func:`relative`: one panel per policy, x = the metrics, one bar per non-baseline
-  group: per run ``(x - b) / |b| * 100``, x its final value and b the baseline group's
-  mean final value for that policy and metric, then mean and band over the group's runs
-  (not paired by seed). ``|b|`` keeps the sign meaning "better" for a negative baseline
-  (for b > 0 it is ``(x - b) / b``). With b = 0 (or no baseline value) the bar is left out
-  and a note says why.
+  group: Figure 11's one estimator, :func:`trainer.stats.relative_improvement` (also
+  ``bench/figures_11_12.py``'s): per run ``(x - b) / |b| * 100``, x its final value and
+  b the baseline group's mean final value for that policy and metric (every baseline
+  run counts, one that scored 0 too), then mean and band over the group's runs (not
+  paired by seed); the bar's height is ``(mean_x - b) / |b| * 100``. ``|b|`` keeps the
+  sign meaning "better" for a negative baseline. With b = 0 (or no baseline value) the
+  improvement is undefined: the bar is left out and a note says why.
 
 Shapes: a panel has K categories; a :class:`BarTrace` holds ``[K]`` arrays, NaN (n = 0)
 where its group has no value. Group order, colours and dashes are the curves' own
@@ -37,22 +39,27 @@ from urllib.parse import urlencode
 import numpy as np
 
 from trainer import metrics as m
+from trainer.stats import relative_improvement
 from webapp.compare.assemble import Group, ids_text
 from webapp.compare.spec import ComparisonSpec, SpecError
 from webapp.compare.stats import aggregate, mean_std_n
 
-VIEWS = ("curves", "tasks", "relative")
-BAR_VIEWS = ("tasks", "relative")
+VIEWS = ("curves", "tasks", "relative", "significance")
+BAR_VIEWS = ("tasks", "relative", "significance")
+"""The views of /api/v1/compare/bars; "significance" is :mod:`webapp.compare.significance`
+(a table of intervals, not bars, under the same endpoint, options and exports)."""
 VIEW_TITLES = {
     "curves": "Curves",
     "tasks": "Per-task evaluation (Figure 12)",
     "relative": "Relative improvement (Figure 11)",
+    "significance": "Significance (paired t, Holm)",
 }
 SCORES = ("accuracy", "acc_norm")
 SCORE_LABELS = {"accuracy": "accuracy", "acc_norm": "accuracy (length-normalised)"}
 RELATIVE_DEFAULT_METRIC = m.VAL_REWARD_AT_1
 BASELINE_REGIME = "standalone"
 MAX_BASELINE = 200
+MAX_STEP_DIGITS = 12
 NO_EVALUATIONS = "No evaluation results for these runs: evaluate a run from its page."
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
@@ -72,14 +79,17 @@ class Query(Protocol):
 class BarOptions:
     """The bar view's own parameters (the spec ignores them, so one query carries both):
     ``view`` (tasks | relative), ``suite`` ("" = the first suite by name), ``score``
-    (accuracy | acc_norm), ``baseline`` (a group label; "" = the standalone group) and
-    the relative view's metrics (``metric``, repeatable; default val/reward@1)."""
+    (accuracy | acc_norm), ``baseline`` (a group label; "" = the standalone group), the
+    relative and significance views' metrics (``metric``, repeatable; default
+    val/reward@1), and the significance view's ``sig_step`` (a step; "" = each run's
+    final value)."""
 
     view: str = "tasks"
     suite: str = ""
     score: str = "accuracy"
     baseline: str = ""
     metrics: tuple[str, ...] = (RELATIVE_DEFAULT_METRIC,)
+    sig_step: int | None = None
 
     @classmethod
     def from_query(cls, query: Query, spec: ComparisonSpec) -> BarOptions:
@@ -98,7 +108,17 @@ class BarOptions:
             raise SpecError(f"baseline: a group label of at most {MAX_BASELINE} characters")
         given = any(value.strip() for value in query.getlist("metric"))
         metrics = spec.metrics if given else (RELATIVE_DEFAULT_METRIC,)
-        return cls(view=view, suite=suite, score=score, baseline=baseline, metrics=metrics)
+        raw_step = (query.get("sig_step", "") or "").strip()
+        if raw_step and not (raw_step.isdigit() and len(raw_step) <= MAX_STEP_DIGITS):
+            raise SpecError(f"sig_step: a step (an integer >= 0), not {raw_step[:40]!r}")
+        return cls(
+            view=view,
+            suite=suite,
+            score=score,
+            baseline=baseline,
+            metrics=metrics,
+            sig_step=int(raw_step) if raw_step else None,
+        )
 
     def query_pairs(self) -> list[tuple[str, str]]:
         """The options as query pairs (after the spec's), empty ones left out."""
@@ -109,6 +129,8 @@ class BarOptions:
             pairs.append(("score", self.score))
         if self.baseline:
             pairs.append(("baseline", self.baseline))
+        if self.sig_step is not None:
+            pairs.append(("sig_step", str(self.sig_step)))
         return pairs
 
 
@@ -235,6 +257,14 @@ def _std(values: np.ndarray) -> float:
 
 def _finite(value: float) -> bool:
     return value is not None and math.isfinite(value)
+
+
+def _finals(runs: Sequence[int], policy: str, metric: str, values: FinalValues) -> list[float]:
+    """Per run, its final value of ``metric`` (NaN: no such series)."""
+    return [
+        values[(run, policy, metric)].final if (run, policy, metric) in values else math.nan
+        for run in runs
+    ]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -373,7 +403,8 @@ def relative(
 ) -> list[BarPanel]:
     """Figure 11: per policy, per metric, one bar per non-baseline group: the mean (and
     band) over its runs of ``(x - b) / |b| * 100``, b the baseline group's mean final
-    value of that policy and metric. No bar where b is 0 or unknown (noted)."""
+    value of that policy and metric (:func:`trainer.stats.relative_improvement`). No bar
+    where b is 0 or unknown (noted)."""
     notes = [] if notes is None else notes
     by_label = {group.label: group for group in groups}
     base_group = by_label.get(baseline)
@@ -392,36 +423,31 @@ def relative(
             base=np.full(len(metrics), np.nan),
             base_label=f"{baseline} mean",
         )
+        rows: dict[str, list[list[float]]] = {
+            group.label: [[math.nan] * len(metrics) for _ in group.runs] for group in others
+        }
         for k, metric in enumerate(metrics):
-            finals = [
-                values[(run, policy, metric)].final
-                for run in (base_group.runs if base_group else [])
-                if (run, policy, metric) in values
-            ]
-            b = _mean(finals)
-            panel.base[k] = b
+            base_finals = _finals(base_group.runs if base_group else [], policy, metric, values)
+            panel.base[k] = _mean(base_finals)
+            for group in others:
+                found = relative_improvement(
+                    _finals(group.runs, policy, metric, values), base_finals
+                )
+                for row, value in zip(rows[group.label], found.per_run, strict=True):
+                    row[k] = value
+            # The estimator's reasons (NO_BASELINE, ZERO_BASELINE), said once per metric.
             where = f"{panel.title} · {m.label(metric)}"
-            if not math.isfinite(b):
+            if not math.isfinite(panel.base[k]):
                 notes.append(f"{where}: no {baseline} run has a value, so no bars")
-            elif b == 0:
+            elif panel.base[k] == 0:
                 notes.append(
                     f"{where}: the {baseline} mean is 0, so the relative improvement is "
                     "undefined; its bars are left out"
                 )
         for group in others:
-            rows = []
-            for run_id in group.runs:
-                row = [math.nan] * len(metrics)
-                for k, metric in enumerate(metrics):
-                    value = values.get((run_id, policy, metric))
-                    b = panel.base[k]
-                    if value is None or not math.isfinite(b) or b == 0:
-                        continue
-                    if _finite(value.final):
-                        row[k] = (value.final - b) / abs(b) * 100.0
-                rows.append(row)
-            if any(_finite(v) for row in rows for v in row):
-                panel.traces.append(_trace(group, rows, band, len(metrics)))
+            group_rows = rows[group.label]
+            if any(_finite(v) for row in group_rows for v in row):
+                panel.traces.append(_trace(group, group_rows, band, len(metrics)))
         if not panel.traces:
             if (panel.base == 0).any():
                 panel.message = f"the {baseline} mean is 0: no relative improvement"

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -34,17 +33,13 @@ from matplotlib.patches import Patch
 from webapp.compare.assemble import CI_MIN_RUNS
 from webapp.compare.bars import VIEW_TITLES, BarChart, BarPanel, BarTrace
 from webapp.compare.export import (
-    _RENDER_LOCK,
     COLUMN_WIDTHS,
-    FIGURE_FORMATS,
     FONT_SIZES,
     MAX_PANEL_COLUMNS,
-    METADATA,
-    PNG_DPI,
     _mean_std_latex,
     _number_latex,
-    _rc,
     decimals_for,
+    figure_bytes,
     figure_label,
     latex_comment,
     latex_escape,
@@ -243,15 +238,9 @@ def ci_bars_note(chart: BarChart, columns: int = 1) -> str | None:
 def render_bars(chart: BarChart, fmt: str, columns: int = 1) -> bytes:
     """The bar figure as ``fmt`` (pdf, svg or png) bytes; identical inputs, identical
     bytes."""
-    if fmt not in FIGURE_FORMATS:
-        raise ValueError(f"figure format must be one of {FIGURE_FORMATS}, not {fmt!r}")
-    if columns not in COLUMN_WIDTHS:
-        raise ValueError(f"columns must be 1 or 2, not {columns}")
-    with _RENDER_LOCK, rc_context(_rc(columns) | {"hatch.linewidth": 0.5}):
-        figure = build_bars_figure(chart, columns)
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format=fmt, dpi=PNG_DPI, metadata=METADATA[fmt])
-        return buffer.getvalue()
+    return figure_bytes(
+        lambda: build_bars_figure(chart, columns), fmt, columns, {"hatch.linewidth": 0.5}
+    )
 
 
 # --------------------------------------------------------------------------- CSV

@@ -23,7 +23,9 @@ or from every point (:func:`run_summaries_portable`).
 
 :func:`comparison_build` and :func:`summary_build` are the entry points: the reads
 above, then :func:`webapp.compare.assemble.comparison_assemble` /
-:func:`~webapp.compare.assemble.summary_assemble`.
+:func:`~webapp.compare.assemble.summary_assemble`; :func:`bars_build` and
+:func:`significance_build` read one value per series (:func:`final_values`) for the bar
+views and the significance view.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from webapp.compare.bars import (
     per_task,
     relative,
 )
+from webapp.compare.significance import Significance, significance_rows, step_notes
 from webapp.compare.spec import ComparisonSpec, SpecError
 from webapp.compare.stats import RunSummary
 from webapp.experiments import series_packs, series_rollups
@@ -335,28 +338,37 @@ _FINAL_SQL = f"""
     FROM {{series}} AS s
     LEFT JOIN LATERAL (
         SELECT p.step, p.value FROM {{points}} AS p
-        WHERE p.series_id = s.id AND {_FINITE}
+        WHERE p.series_id = s.id AND {_FINITE} AND p.step <= %(at_most)s::integer
         ORDER BY p.step DESC LIMIT 1
     ) AS last ON true
     LEFT JOIN {{points}} AS base ON base.series_id = s.id AND base.step = 0
     WHERE s.run_id = ANY(%(runs)s) AND s.policy = ANY(%(policies)s) AND s.key = ANY(%(keys)s)
 """
-# The series by the (run, policy, key) unique index; per series its last finite point
-# (a backward scan of the primary key (series, step), which stops at the first finite
-# value) and its point at step 0 (one lookup).
+# The series by the (run, policy, key) unique index; per series its last finite point at
+# or before at_most (a backward scan of the primary key (series, step) from at_most, which
+# stops at the first finite value) and its point at step 0 (one lookup).
+_NO_LIMIT = 2**31 - 1  # the step column is an integer: every step is at most this
 
 
 def final_values(
-    run_ids: Sequence[int], policies: Sequence[str], keys: Sequence[str]
+    run_ids: Sequence[int],
+    policies: Sequence[str],
+    keys: Sequence[str],
+    at_most: int | None = None,
 ) -> dict[tuple[int, str, str], FinalValue]:
     """Per existing series of ``run_ids`` x ``policies`` x ``keys``: its last finite
-    value and that step, and its value at step 0 (:class:`webapp.compare.bars.FinalValue`),
-    in one statement on PostgreSQL."""
+    value (at or before step ``at_most`` when given) and that step, and its value at step
+    0 (:class:`webapp.compare.bars.FinalValue`), in one statement on PostgreSQL."""
     if not (run_ids and policies and keys):
         return {}
     if connection.vendor != "postgresql":
-        return final_values_portable(run_ids, policies, keys)
-    params = {"runs": list(run_ids), "policies": list(policies), "keys": list(keys)}
+        return final_values_portable(run_ids, policies, keys, at_most)
+    params = {
+        "runs": list(run_ids),
+        "policies": list(policies),
+        "keys": list(keys),
+        "at_most": _NO_LIMIT if at_most is None else min(at_most, _NO_LIMIT),
+    }
     sql = _FINAL_SQL.format(series=_table(MetricSeries), points=_table(MetricPoint))
     found = {}
     with connection.cursor() as cursor:
@@ -371,7 +383,10 @@ def final_values(
 
 
 def final_values_portable(
-    run_ids: Sequence[int], policies: Sequence[str], keys: Sequence[str]
+    run_ids: Sequence[int],
+    policies: Sequence[str],
+    keys: Sequence[str],
+    at_most: int | None = None,
 ) -> dict[tuple[int, str, str], FinalValue]:
     """:func:`final_values` in Python from every point (any database; the reference of
     the tests)."""
@@ -392,7 +407,7 @@ def final_values_portable(
         value = math.nan if value is None else float(value)
         if step == 0:
             base[series_id] = value
-        if math.isfinite(value):
+        if math.isfinite(value) and (at_most is None or step <= at_most):
             last[series_id] = (step, value)
     found = {}
     for pk, name in series.items():
@@ -481,3 +496,46 @@ def bars_build(*, spec: ComparisonSpec, runs: Sequence[Run], options: BarOptions
         chart.empty = "No values of these metrics in these runs."
         notes.append(chart.empty)
     return chart
+
+
+def significance_build(
+    *, spec: ComparisonSpec, runs: Sequence[Run], options: BarOptions
+) -> Significance:
+    """The significance view of ``runs`` (visible, the spec's): per metric, policy and
+    non-baseline group, the difference to the baseline group at the final step (or at
+    ``options.sig_step``), its interval, n, p and Holm's p
+    (:mod:`webapp.compare.significance`), from one final-value statement.
+
+    Raises :class:`webapp.compare.spec.SpecError` for a baseline that is no group."""
+    notes: list[str] = []
+    groups = groups_of(runs, spec.group_by)
+    policies = policies_of(runs, spec, notes)
+    regime_of = {run.pk: run.regime for run in runs}
+    baseline = choose_baseline(groups, options.baseline, regime_of, notes)
+    table = Significance(
+        spec=spec,
+        options=options,
+        groups=groups,
+        baseline=baseline,
+        step=options.sig_step,
+        notes=notes,
+    )
+    values = final_values([run.pk for run in runs], policies, options.metrics, options.sig_step)
+    if len(groups) < 2:
+        table.empty = f"Only the group {baseline!r}: choose runs of at least two groups."
+    elif not values:
+        table.empty = "No values of these metrics in these runs."
+    if table.empty:
+        notes.append(table.empty)
+        return table
+    table.rows, table.correction = significance_rows(
+        groups=groups,
+        policies=policies,
+        metrics=options.metrics,
+        baseline=baseline,
+        values=values,
+        seed_of={run.pk: run.seed for run in runs},
+        notes=notes,
+    )
+    notes += step_notes(table.rows, options.sig_step)
+    return table

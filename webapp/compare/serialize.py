@@ -11,14 +11,17 @@ from the metric catalogue (``policy_label``: "pool mean" for ``_pool``; ``metric
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from trainer import metrics as m
+from trainer.stats import Interval, interval_decimals, p_number
 from webapp.api.http import encode_value
-from webapp.compare.assemble import Comparison, Summary
+from webapp.compare.assemble import Comparison, Group, Summary
 from webapp.compare.bars import VIEW_TITLES, BarChart
+from webapp.compare.significance import Significance
 from webapp.compare.stats import MeanStd
 
 
@@ -42,6 +45,11 @@ def number_text(value: float | None) -> str:
     return encoded if isinstance(encoded, str) else repr(encoded)
 
 
+def groups_json(groups: Sequence[Group]) -> list[dict[str, Any]]:
+    """``[{"label", "colour", "dash", "runs"}]``, in the groups' order."""
+    return [{"label": g.label, "colour": g.colour, "dash": g.dash, "runs": g.runs} for g in groups]
+
+
 def comparison_json(comparison: Comparison) -> dict[str, Any]:
     """``{"spec", "groups": [{"label", "colour", "dash", "runs"}], "panels": [{"policy",
     "metric", "policy_label", "metric_label", "y_label", "title", "x_label", "traces":
@@ -49,10 +57,7 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
     "notes", "x_label", "grid"}``."""
     return {
         "spec": comparison.spec.to_query(),
-        "groups": [
-            {"label": g.label, "colour": g.colour, "dash": g.dash, "runs": g.runs}
-            for g in comparison.groups
-        ],
+        "groups": groups_json(comparison.groups),
         "panels": [
             {
                 "policy": panel.policy,
@@ -139,10 +144,7 @@ def bars_json(chart: BarChart) -> dict[str, Any]:
         "view": chart.view,
         "title": VIEW_TITLES[chart.view],
         "spec": chart.query,
-        "groups": [
-            {"label": g.label, "colour": g.colour, "dash": g.dash, "runs": g.runs}
-            for g in chart.groups
-        ],
+        "groups": groups_json(chart.groups),
         "suites": chart.suites,
         "suite": chart.suite,
         "score": chart.options.score,
@@ -178,4 +180,71 @@ def bars_json(chart: BarChart) -> dict[str, Any]:
             for panel in chart.panels
         ],
         "notes": chart.notes,
+    }
+
+
+def interval_json(interval: Interval | None) -> dict[str, Any] | None:
+    """``{"method", "estimate", "low", "high", "n", "n_other", "df", "p", "p_adjusted",
+    "p_text", "p_adjusted_text", "decimals", "level"}`` (non-finite numbers as strings;
+    ``p_adjusted`` null when not adjusted; the ``_text`` ones as tables show them, "" for
+    none; ``decimals``: how many the page shows, :func:`trainer.stats.interval_decimals`)."""
+    if interval is None:
+        return None
+    return {
+        "method": interval.method,
+        "estimate": encode_value(interval.estimate),
+        "low": encode_value(interval.low),
+        "high": encode_value(interval.high),
+        "n": interval.n,
+        "n_other": interval.n_other,
+        "df": encode_value(interval.df),
+        "p": encode_value(interval.p),
+        "p_adjusted": None if interval.p_adjusted is None else encode_value(interval.p_adjusted),
+        "p_text": p_number(interval.p),
+        "p_adjusted_text": "" if interval.p_adjusted is None else p_number(interval.p_adjusted),
+        "decimals": interval_decimals(interval),
+        "level": interval.level,
+    }
+
+
+def significance_json(table: Significance) -> dict[str, Any]:
+    """``{"view": "significance", "title", "spec", "groups": [{"label", "colour", "dash",
+    "runs"}], "baseline", "metrics", "step" (null: each run's final value), "where",
+    "level", "correction" ("" for none), "method" (in words), "empty", "rows": [{"policy",
+    "policy_label", "metric", "metric_label", "group", "colour", "interval": {...} | null,
+    "group_mean", "baseline_mean", "seeds", "unpaired", "steps", "note", "sentence"}],
+    "notes"}``; ``interval`` is :func:`interval_json`'s, null without a value on a side."""
+    return {
+        "view": table.view,
+        "title": VIEW_TITLES[table.view],
+        "spec": table.query,
+        "groups": groups_json(table.groups),
+        "baseline": table.baseline,
+        "metrics": list(table.options.metrics),
+        "step": table.step,
+        "where": table.where,
+        "level": table.level,
+        "correction": table.correction,
+        "method": table.method_text,
+        "empty": table.empty,
+        "rows": [
+            {
+                "policy": row.policy,
+                "policy_label": row.policy_label,
+                "metric": row.metric,
+                "metric_label": row.metric_label,
+                "group": row.group,
+                "colour": row.colour,
+                "interval": interval_json(row.interval),
+                "group_mean": encode_value(row.group_mean),
+                "baseline_mean": encode_value(row.baseline_mean),
+                "seeds": list(row.seeds),
+                "unpaired": list(row.unpaired),
+                "steps": list(row.steps),
+                "note": row.note,
+                "sentence": row.sentence,
+            }
+            for row in table.rows
+        ],
+        "notes": table.notes,
     }

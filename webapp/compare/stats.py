@@ -16,39 +16,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
+from trainer.stats import t_critical
+
 BANDS = ("std", "minmax", "ci95", "none")
 
-# t_{0.975, df} for df = 1..30 (two-sided 95% Student t quantiles).
-T_975 = (
-    12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
-    2.262157, 2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905,
-    2.109816, 2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899,
-    2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272,
-)  # fmt: skip
-Z_975 = 1.959963984540054
 
-
+@lru_cache(maxsize=256)
 def t_975(df: int) -> float:
-    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (``df >= 1``).
-
-    A table up to 30; above, the Cornish-Fisher expansion around the normal quantile
-    (error below 1e-5 from df = 31 on).
-    """
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (``df >= 1``): the
+    one t quantile of the product, :func:`trainer.stats.t_critical` (scipy), cached (the
+    95% CI band asks once per grid point)."""
     if df < 1:
         raise ValueError(f"df must be >= 1, not {df}")
-    if df <= len(T_975):
-        return T_975[df - 1]
-    z = Z_975
-    return (
-        z
-        + (z**3 + z) / (4 * df)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
-    )
+    return t_critical(df)
 
 
 def ema(values: np.ndarray | Sequence[float], weight: float) -> np.ndarray:

@@ -20,6 +20,12 @@ parameter 400 JSON ``{"error": message}`` naming it.
   ``metric`` parameters (default val/reward@1).
 - ``GET /compare/bars.<pdf|svg|png|csv|tex>?<same>&columns=1|2`` (``compare:bars_file``):
   its figure, its bars as CSV, its LaTeX table (:mod:`webapp.compare.bars_export`).
+- ``view=significance`` on both (``&baseline=G&sig_step=S``, the ``metric`` parameters):
+  the significance view instead, per metric, policy and group the difference to the
+  baseline with its 95% interval (paired t by seed, else Welch), p and Holm's p
+  (:mod:`webapp.compare.significance`, :func:`webapp.compare.serialize.significance_json`);
+  its files are the comparisons as CSV and LaTeX and a forest plot
+  (:mod:`webapp.compare.significance_export`).
 
 The table's metric: ``table_metric`` if given, else the *last* ``metric`` parameter
 (so ``<spec>&metric=M`` works too), else ``val/reward@1``. Higher is better unless
@@ -40,10 +46,16 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from webapp.api.http import allow_methods, json_error, json_reply, login_required_json
-from webapp.compare import bars_export, export
+from webapp.compare import bars_export, export, significance_export
 from webapp.compare.bars import BarOptions
-from webapp.compare.selectors import bars_build, comparison_build, runs_for_spec, summary_build
-from webapp.compare.serialize import bars_json, comparison_json, summary_json
+from webapp.compare.selectors import (
+    bars_build,
+    comparison_build,
+    runs_for_spec,
+    significance_build,
+    summary_build,
+)
+from webapp.compare.serialize import bars_json, comparison_json, significance_json, summary_json
 from webapp.compare.spec import METRIC_PATTERN, ComparisonSpec, SpecError, bool_param
 
 View = Callable[..., HttpResponse]
@@ -59,6 +71,7 @@ CONTENT_TYPES = {
     "tex": "application/x-tex; charset=utf-8",
 }
 DEFAULT_TABLE_METRIC = "val/reward@1"
+SIGNIFICANCE = "significance"
 
 
 def spec_errors(view: View) -> View:
@@ -140,6 +153,10 @@ def bars(request: HttpRequest) -> HttpResponse:
     spec = ComparisonSpec.from_query(request.GET)
     options = BarOptions.from_query(request.GET, spec)
     runs = runs_for_spec(request.user, spec)
+    if options.view == SIGNIFICANCE:
+        return json_reply(
+            significance_json(significance_build(spec=spec, runs=runs, options=options))
+        )
     return json_reply(bars_json(bars_build(spec=spec, runs=runs, options=options)))
 
 
@@ -195,11 +212,26 @@ def bars_file(request: HttpRequest, fmt: str) -> HttpResponse:
     options = BarOptions.from_query(request.GET, spec)
     columns = columns_of(request)
     runs = runs_for_spec(request.user, spec)
-    chart = bars_build(spec=spec, runs=runs, options=options)
     extra = "&".join(f"{name}={value}" for name, value in options.query_pairs())
     stem = file_stem(f"bars-{options.view}", spec, f"{extra}&columns={columns}")
+    # The significance view's files, or the bar view's: CSV, LaTeX, figure.
+    found: Any
+    if options.view == SIGNIFICANCE:
+        found = significance_build(spec=spec, runs=runs, options=options)
+        to_csv, to_tex = (
+            significance_export.significance_csv,
+            significance_export.significance_latex,
+        )
+        render: Any = significance_export.render_significance
+    else:
+        found = bars_build(spec=spec, runs=runs, options=options)
+        to_csv, to_tex, render = (
+            bars_export.bars_csv,
+            bars_export.bars_latex,
+            bars_export.render_bars,
+        )
     if fmt == "csv":
-        return attachment(bars_export.bars_csv(chart), fmt, stem)
+        return attachment(to_csv(found), fmt, stem)
     if fmt == "tex":
-        return attachment(bars_export.bars_latex(chart), fmt, stem)
-    return attachment(bars_export.render_bars(chart, fmt, columns), fmt, stem)
+        return attachment(to_tex(found), fmt, stem)
+    return attachment(render(found, fmt, columns), fmt, stem)
