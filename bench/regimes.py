@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -41,6 +42,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trainer.stats import Interval, holm, p_number, paired_t, relative_improvement
 
 REPO = Path(__file__).resolve().parents[1]
 REGIMES = ("standalone", "prp", "xgrpo", "sgt")
@@ -66,6 +69,20 @@ COMPLEMENTARY_VARIANTS = (
     Variant("sgt", "sgt", {"sgt": {"lambda_sgt": 0.1, "k_sgt": 1}}),
 )
 IDENTICAL_VARIANTS = tuple(Variant(regime, regime, {}) for regime in REGIMES)
+SEQUENTIAL_SFT = {"sft_steps": 15, "sft_epochs": 2}
+"""The paper's sequential peer SFT: the full RL schedule, then 15 SFT steps on the buffer."""
+GAP_VARIANTS = (
+    *COMPLEMENTARY_VARIANTS,
+    Variant("sequential_sft", "sequential_sft", {"sequential_sft": SEQUENTIAL_SFT}),
+    Variant(
+        "sequential_sft-base",
+        "sequential_sft",
+        {"sequential_sft": {**SEQUENTIAL_SFT, "sft_from": "base"}},
+    ),
+)
+PRIMARY = ("sgt", "qwen-nocarry", VAL + "/carry")
+"""The gap pool's primary endpoint (bench/RESULTS.md, stated before the runs): weak A's
+final carry-slice accuracy under SGT minus under standalone."""
 
 
 @dataclass
@@ -79,14 +96,19 @@ class RunResult:
         curve = self.curves[policy][key]
         return curve[max(curve)]
 
+    def start(self, policy: str, key: str) -> float:
+        """The value at the run's first logged step (step 0: the warm-started policy)."""
+        curve = self.curves[policy][key]
+        return curve[min(curve)]
+
 
 def base_config(pool: str, regime: str) -> dict[str, Any]:
     """The example config a run of ``regime`` on ``pool`` starts from."""
-    if pool == "complementary":
-        name = "complementary"
-    else:
-        name = "prp" if regime == "standalone" else regime
-    return json.loads((REPO / f"examples/{name}.json").read_text())
+    if pool == "identical":
+        return json.loads(
+            (REPO / f"examples/{'prp' if regime == 'standalone' else regime}.json").read_text()
+        )
+    return json.loads((REPO / f"examples/{pool}.json").read_text())
 
 
 def run_one(
@@ -95,7 +117,7 @@ def run_one(
     config = base_config(pool, variant.regime)
     config |= {
         "regime": variant.regime, "seed": seed, "steps": steps, "prompts_per_step": prompts,
-        "val_every": max(steps // 3, 1), "checkpoint_every": steps,
+        "val_every": max(steps // (6 if pool == "gap" else 3), 1), "checkpoint_every": steps,
         "name": f"{config['name']}-{variant.name}",
     }  # fmt: skip
     config |= variant.overrides
@@ -138,12 +160,6 @@ def bootstrap_ci(
     return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
 
 
-def _difference(regime: list[float], standalone: list[float]) -> str:
-    differences = [a - b for a, b in zip(regime, standalone, strict=True)]
-    low, high = bootstrap_ci(differences)
-    return f"{statistics.mean(differences):+.3f} [{low:+.3f}, {high:+.3f}]"
-
-
 def run_all(
     pool: str, variants: tuple[Variant, ...], seeds: list[int], steps: int, prompts: int
 ) -> dict[str, list[RunResult]]:
@@ -172,25 +188,116 @@ def report_identical(results: dict[str, list[RunResult]]) -> None:
             print(f"| {regime} | {policy} | {_fmt(finals)} | {_fmt(means)} | {wall:.0f} |")
 
 
-def report_complementary(results: dict[str, list[RunResult]]) -> None:
+def paired(values: list[float], base: list[float]) -> Interval:
+    """The paired difference ``values - base`` (by seed) and its 95% t-interval."""
+    return paired_t([a - b for a, b in zip(values, base, strict=True)])
+
+
+def _interval(interval: Interval, p: float | None = None) -> str:
+    """ "+0.190 [+0.120, +0.260]", with the (Holm) p when given."""
+    text = f"{interval.estimate:+.3f} [{interval.low:+.3f}, {interval.high:+.3f}]"
+    return f"{text}, p {p_number(p)}" if p is not None else text
+
+
+def report_sliced(results: dict[str, list[RunResult]], pool: str, out: Path | None) -> None:
+    """The complementary or gap table: per policy and skill/slice, step 0 and the final
+    value of every variant (mean ± std over seeds), each variant's paired difference to
+    standalone with its 95% t-interval and Holm-adjusted p (one family: every comparison
+    but the primary); the primary endpoint on its own, with a bootstrap interval as a
+    labelled secondary check; then the PRP weights and the wall times."""
     standalone = results["standalone"]
     policies = sorted(standalone[0].curves)
     sharing = [name for name in results if name != "standalone"]
-    header = ["policy", "skill", "standalone", *(f"{name} (Δ [95% CI])" for name in sharing)]
-    print("Final val/reward@1 per policy and skill: mean ± std over seeds; per sharing")
-    print("regime, its mean and the difference to standalone with a 95% paired bootstrap CI.\n")
-    print("| " + " | ".join(header) + " |")
-    print("|" + " --- |" * len(header))
+    seeds = len(standalone)
+    rows: list[tuple[str, str]] = []
     for policy in policies:
         keys = sorted(key for key in standalone[0].curves[policy] if key.startswith(VAL + "/"))
-        for key in (*keys, VAL):
-            skill = key[len(VAL) + 1 :] or "all"
-            base = [run.final(policy, key) for run in standalone]
-            cells = [policy, skill, _fmt(base)]
-            for name in sharing:
-                values = [run.final(policy, key) for run in results[name]]
-                cells.append(f"{_fmt(values)} ({_difference(values, base)})")
-            print("| " + " | ".join(cells) + " |")
+        rows += [(policy, key) for key in (*keys, VAL)]
+    comparisons = {
+        (name, policy, key): paired(
+            [run.final(policy, key) for run in results[name]],
+            [run.final(policy, key) for run in standalone],
+        )
+        for name in sharing
+        for policy, key in rows
+    }
+    primary = PRIMARY if pool == "gap" and PRIMARY in comparisons else None
+    family = [c for c in comparisons if c != primary]
+    adjusted = dict(zip(family, holm([comparisons[c].p for c in family]), strict=True))
+    if primary is not None:
+        interval = comparisons[primary]
+        name, policy, key = primary
+        differences = [
+            a.final(policy, key) - b.final(policy, key)
+            for a, b in zip(results[name], standalone, strict=True)
+        ]
+        low, high = bootstrap_ci(differences)
+        print(f"Primary endpoint: {policy}'s final {key}, {name} minus standalone, paired by")
+        print(f"seed, {interval.n} seeds: {_interval(interval)} (95% paired t-interval),")
+        print(f"p = {p_number(interval.p)}; as a secondary check, the 95% percentile bootstrap")
+        print(f"interval of the same differences: [{low:+.3f}, {high:+.3f}].\n")
+    print(f"Per policy and {'slice' if pool == 'gap' else 'skill'}: val/reward@1 at step 0 and")
+    print("at the end (mean ± std over seeds); per variant, the final value and the paired")
+    print("difference to standalone with its 95% t-interval and Holm-adjusted p (Holm over")
+    print(f"the {len(family)} comparisons other than the primary endpoint), {seeds} seeds.\n")
+    header = ["policy", "slice" if pool == "gap" else "skill", "step 0", "standalone"]
+    header += [f"{name} (Δ [95% CI], Holm p)" for name in sharing]
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for policy, key in rows:
+        part = key[len(VAL) + 1 :] or "all"
+        start = [run.start(policy, key) for run in standalone]
+        base = [run.final(policy, key) for run in standalone]
+        cells = [policy, part, _fmt(start), _fmt(base)]
+        for name in sharing:
+            values = [run.final(policy, key) for run in results[name]]
+            comparison = (name, policy, key)
+            p = None if comparison == primary else adjusted[comparison]
+            mark = " **primary**" if comparison == primary else ""
+            cells.append(f"{_fmt(values)} ({_interval(comparisons[comparison], p)}){mark}")
+        print("| " + " | ".join(cells) + " |")
+    if pool == "gap":
+        _report_figure_11(results, policies)
+    _report_is_weights(results, sharing, policies)
+    _report_walls(results)
+    if out is not None:
+        out.write_text(json.dumps(_numbers(results, comparisons, adjusted, primary), indent=1))
+
+
+def _numbers(
+    results: dict[str, list[RunResult]],
+    comparisons: dict[tuple[str, str, str], Interval],
+    adjusted: dict[tuple[str, str, str], float],
+    primary: tuple[str, str, str] | None,
+) -> dict[str, Any]:
+    """Every run's curves and every comparison, for ``--out``."""
+    return {
+        "runs": {
+            name: [{"curves": run.curves, "wall_s": run.wall_s} for run in runs]
+            for name, runs in results.items()
+        },
+        "comparisons": [
+            {
+                "variant": name,
+                "policy": policy,
+                "key": key,
+                "estimate": interval.estimate,
+                "low": interval.low,
+                "high": interval.high,
+                "p": interval.p,
+                "holm_p": adjusted.get((name, policy, key)),
+                "primary": (name, policy, key) == primary,
+            }
+            for (name, policy, key), interval in comparisons.items()
+        ],
+    }
+
+
+def _report_is_weights(
+    results: dict[str, list[RunResult]], sharing: list[str], policies: list[str]
+) -> None:
+    """Each PRP variant's mean ``prp/is_weight_mean`` over steps: all peer tokens, the
+    answer's digit tokens, and per skill/slice of the prompt."""
     is_keys = sorted(
         {
             key
@@ -201,10 +308,15 @@ def report_complementary(results: dict[str, list[RunResult]]) -> None:
             if key.startswith(IS_WEIGHT + "/")
         }
     )
-    skills = [key[len(IS_WEIGHT) + 1 :] for key in is_keys]
-    print(f"\nMean {IS_WEIGHT} over steps, over all peer tokens and per skill of the prompt")
-    print("(mean ± std over seeds; a skill's column is empty where no step logged it).\n")
-    header = ["regime", "policy", "all", *skills]
+    if not is_keys and not any(
+        IS_WEIGHT in c for r in results.values() for run in r for c in run.curves.values()
+    ):
+        return
+    parts = [key[len(IS_WEIGHT) + 1 :] for key in is_keys]
+    print(f"\nMean {IS_WEIGHT} over steps: over all peer tokens, over the answer's digit")
+    print("tokens (answer), and per skill/slice of the prompt (mean ± std over seeds; a")
+    print("column is empty where no step logged it).\n")
+    header = ["regime", "policy", "all", *parts]
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
     for name in sharing:
@@ -219,6 +331,37 @@ def report_complementary(results: dict[str, list[RunResult]]) -> None:
                 cells.append(_fmt(weights) if weights else "")
             if cells[0]:
                 print(f"| {name} | {policy} | " + " | ".join(cells) + " |")
+
+
+FIGURE_11_VARIANTS = ("sgt", "sequential_sft", "sequential_sft-base")
+
+
+def _report_figure_11(results: dict[str, list[RunResult]], policies: list[str]) -> None:
+    """Figure 11 on this pool: the relative improvement of the final val/reward@1 over
+    standalone, with the one estimator the app's bar view uses
+    (:func:`trainer.stats.relative_improvement`), mean ± std of the per-seed values."""
+    shown = [name for name in FIGURE_11_VARIANTS if name in results]
+    if not shown:
+        return
+    print("\nFigure 11: relative improvement of the final val/reward@1 over standalone, %")
+    print("((x - mean_s) / |mean_s| per seed: mean ± std over seeds; every seed counted).\n")
+    print("| policy | standalone | " + " | ".join(shown) + " |")
+    print("|" + " --- |" * (len(shown) + 2))
+    for policy in policies:
+        base = [run.final(policy, VAL) for run in results["standalone"]]
+        cells = [policy, _fmt(base)]
+        for name in shown:
+            found = relative_improvement([run.final(policy, VAL) for run in results[name]], base)
+            if not found.defined:
+                cells.append(f"n/a ({found.undefined})")
+                continue
+            per_seed = [value for value in found.per_run if math.isfinite(value)]
+            spread = f" ± {statistics.stdev(per_seed):.1f}" if len(per_seed) > 1 else ""
+            cells.append(f"{found.estimate:+.1f}{spread}")
+        print("| " + " | ".join(cells) + " |")
+
+
+def _report_walls(results: dict[str, list[RunResult]]) -> None:
     print("\n| regime | wall s / run |")
     print("| --- | --- |")
     for name, runs in results.items():
@@ -227,11 +370,14 @@ def report_complementary(results: dict[str, list[RunResult]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pool", choices=("identical", "complementary"), default="identical")
     parser.add_argument(
-        "--seeds", type=int, nargs="+", help="default: 0 1 2 (identical), 0-4 (complementary)"
+        "--pool", choices=("identical", "complementary", "gap"), default="identical"
     )
-    parser.add_argument("--steps", type=int, help="default: 30 (identical), 60 (complementary)")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="default: 0 1 2 (identical), 0-4 (the others)"
+    )
+    parser.add_argument("--steps", type=int, help="default: 30 (identical), 60 (the others)")
+    parser.add_argument("--out", type=Path, help="write every run's curves and comparison")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument(
         "--regimes",
@@ -240,17 +386,21 @@ def main() -> None:
         "are to it); default: all",
     )
     args = parser.parse_args()
-    complementary = args.pool == "complementary"
-    seeds = args.seeds or ([0, 1, 2, 3, 4] if complementary else [0, 1, 2])
-    steps = args.steps or (60 if complementary else 30)
+    sliced = args.pool in ("complementary", "gap")
+    seeds = args.seeds or ([0, 1, 2, 3, 4] if sliced else [0, 1, 2])
+    steps = args.steps or (60 if sliced else 30)
 
     started = time.perf_counter()
-    if complementary:
-        from trainer.zoo import COMPLEMENTARY_IDS, build_zoo, default_zoo_dir
+    if sliced:
+        from trainer.zoo import ZOO_RECIPES, build_zoo, default_zoo_dir
 
         zoo_log = lambda line: print(line, file=sys.stderr)  # noqa: E731
-        build_zoo(default_zoo_dir(), ids=COMPLEMENTARY_IDS, log=zoo_log)
-    variants = COMPLEMENTARY_VARIANTS if complementary else IDENTICAL_VARIANTS
+        build_zoo(default_zoo_dir(), ids=ZOO_RECIPES[args.pool], log=zoo_log)
+    variants = {
+        "identical": IDENTICAL_VARIANTS,
+        "complementary": COMPLEMENTARY_VARIANTS,
+        "gap": GAP_VARIANTS,
+    }[args.pool]
     if args.regimes:
         unknown = sorted(set(args.regimes) - {v.name for v in variants})
         if unknown:
@@ -258,8 +408,8 @@ def main() -> None:
         variants = tuple(v for v in variants if v.name in {"standalone", *args.regimes})
     results = run_all(args.pool, variants, seeds, steps, args.prompts)
     print(f"pool {args.pool}, seeds {seeds}, {steps} steps x {args.prompts} prompts x G=8\n")
-    if complementary:
-        report_complementary(results)
+    if sliced:
+        report_sliced(results, args.pool, args.out)
     else:
         report_identical(results)
     print(f"\ntotal {time.perf_counter() - started:.0f}s", file=sys.stderr)

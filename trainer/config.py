@@ -52,6 +52,8 @@ TASK_KINDS = ("arithmetic", "addition_slices", "math_file", "multiple_choice_fil
 GENERATED_TASK_KINDS = ("arithmetic", "addition_slices")
 """The task kinds that generate their problems (no data files)."""
 FILE_TASK_KINDS = tuple(kind for kind in TASK_KINDS if kind not in GENERATED_TASK_KINDS)
+SPLITS = ("seed", "hash")
+"""``task.split`` (:class:`trainer.tasks.arithmetic.ArithmeticTask`)."""
 MAX_POOL = 8
 MAX_SLICES_VAL_SIZE = 600
 """The addition_slices task's largest validation set: 150 a slice (its smallest slice's
@@ -248,6 +250,15 @@ class TaskConfig:
     )
     val_size: int = field(
         default=64, metadata={"help": "Held-out prompts for val/reward@1", "min": 1}
+    )
+    split: str = field(
+        default="seed",
+        metadata={
+            "help": "How the arithmetic task holds out validation: 'seed' (this seed's "
+            "validation prompts, out of this run's train stream) or 'hash' (a fixed part of "
+            "the problem space no train stream or warm-start of any seed uses; the "
+            "complementary and gap pools' warm-starts hold it out)"
+        },
     )
     train_path: str | None = field(
         default=None, metadata={"help": "JSONL/Parquet train file (file tasks)"}
@@ -546,6 +557,7 @@ class RunConfig:
                 "task.levels",
                 "levels must be a non-empty list of integers from 1 to 6",
             )
+            check(task.split in SPLITS, "task.split", f"use one of {SPLITS}")
         elif task.kind == "addition_slices":
             check(
                 task.val_size <= MAX_SLICES_VAL_SIZE,

@@ -254,6 +254,8 @@ class Policy:
     ) -> None:
         self.config = config
         self.device = torch.device(device)
+        self.model_dir = Path(model_dir)
+        """Where the base model's weights are (:meth:`restart_from_base` reads them again)."""
         self.grpo = grpo
         self.reward_fn = reward_fn
         self.success_threshold = success_threshold
@@ -314,6 +316,17 @@ class Policy:
         (:func:`trainer.thl.encode_text`: a literal ``</s>`` stays text), with the EOS
         appended when ``with_eos``."""
         return encode_text(text, self.tokenizer, ended_with_eos=with_eos).target_ids
+
+    def restart_from_base(self) -> None:
+        """The base model's weights again, read from :attr:`model_dir` as at construction,
+        and a fresh optimizer (and gradient scaler) state; the reference is kept
+        (``sequential_sft`` with ``sft_from: "base"`` starts its SFT stage here)."""
+        base = load_causal_lm(self.model_dir, "float32", device="cpu")
+        self.model.load_state_dict(base.state_dict())
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.state.clear()
+        if self.scaler is not None:
+            self.scaler = torch.amp.GradScaler(self.device.type)
 
     def reincarnate(self) -> None:
         """ReMix's policy reincarnation: the reference (KL anchor) becomes the current policy."""

@@ -350,7 +350,9 @@ def _train(
             if shipper is not None:
                 shipper.set_status("running", f"step {step}/{options.steps}")
             stop = _all_agree_to_stop()
-            if step % config.checkpoint_every == 0 or step == options.steps or stop:
+            # Also at the end of the RL steps (a regime's extra steps follow them):
+            # sequential_sft resumes from there into its SFT stage.
+            if step % config.checkpoint_every == 0 or step in (config.steps, options.steps) or stop:
                 _checkpoint(
                     options.run_dir, step, policy, exchange, spool, remix, consumption, regime
                 )
@@ -433,7 +435,9 @@ def _step(
         m.TOKENS_PER_S: response_tokens / max(finished - started, 1e-9),
     }
     metrics |= devices.step_metrics(worker, runtime)
-    if step % config.val_every == 0 or step == total_steps:
+    if step % config.val_every == 0 or step in (config.steps, total_steps):
+        # The end of the RL steps too, where a run of its regime's extra steps (sequential
+        # SFT) has what a standalone run of ``steps`` has at its last step.
         metrics |= policy.validation_metrics(validation)
     return StepRecord(policy.name, step, prompt_ids, metrics, events=learned.events)
 

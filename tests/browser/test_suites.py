@@ -55,7 +55,7 @@ def test_a_suite_added_from_a_suite_file_is_listed_as_readable(
     expect(errors).to_have_count(2)
     expect(errors.nth(0)).to_contain_text("line 1 (larger): unknown task type 'essay'")
     expect(errors.nth(1)).to_contain_text("line 2 (addition): ")
-    expect(errors.nth(1)).to_contain_text("nowhere.jsonl does not exist")
+    expect(errors.nth(1)).to_contain_text("nowhere.jsonl: not a task file this deployment can read")
     expect(page.get_by_test_id("tasks")).to_have_value(typed)
     expect(page.get_by_test_id("description")).to_have_value("the trainer's synthetic suite")
     screenshot(page, "suites-form-error.png")
@@ -93,5 +93,7 @@ def test_a_suite_added_from_a_suite_file_is_listed_as_readable(
     expect(row.get_by_test_id("suite-status")).to_contain_text("1 problem")
     screenshot(page, "suites-list-problem.png")
     row.get_by_test_id("suite-link").click()
-    expect(larger.get_by_test_id("task-check")).to_contain_text("does not exist")
+    expect(larger.get_by_test_id("task-check")).to_contain_text(
+        "not a task file this deployment can read"
+    )
     screenshot(page, "suites-detail-problem.png")

@@ -115,10 +115,11 @@ def test_the_recipe_and_the_older_recipes_hash_apart() -> None:
     assert len({zoo_build.RECIPES[i].fingerprint() for i in GAP_IDS}) == 3
     # The new SFT fields count in a recipe's hash only where set: older builds stay current.
     assert "slip" not in json.dumps(zoo_build.RECIPES["tiny-llama-char"].fingerprint())
-    for zoo_id in ("tiny-llama-char", "tiny-qwen-bpe-sub"):
-        recipe = zoo_build.RECIPES[zoo_id]
-        assert recipe.sft.slip == "carry" and not recipe.sft.hold_out_slices
+    for zoo_id in ("tiny-llama-char", "tiny-qwen-bpe", "tiny-gpt2-unigram"):
+        recipe = zoo_build.RECIPES[zoo_id]  # the normal zoo: its builds stay current
+        assert recipe.sft.slip == "carry" and not recipe.sft.hold_out_split
         assert recipe.validation_task == "arithmetic"
+    assert zoo_build.RECIPES["tiny-qwen-bpe-sub"].sft.hold_out_split
 
 
 def test_the_task_config_and_example() -> None:
@@ -162,3 +163,23 @@ def test_each_policy_is_competent_except_on_its_gap(gap_zoo: Path, zoo_id: str) 
             assert accuracy <= 0.1, (name, by_slice)  # every sample of a group fails there
         else:
             assert accuracy >= 0.5, (name, by_slice)
+
+
+def test_the_complementary_pool_holds_out_every_seeds_validation_too() -> None:
+    """Issue 30: the complementary warm-starts held out build seed 0's validation only, so
+    seeds 1-4 were validated partly on trained prompts. Its task now uses the hash split."""
+    config = RunConfig.from_file(REPO / "examples/complementary.json")
+    assert config.task.split == "hash"
+    every_validation = {
+        p.prompt
+        for seed in SEEDS
+        for p in make_task(config.task, seed=seed).validation()  # type: ignore[attr-defined]
+    }
+    for zoo_id in ("tiny-llama-char-add", "tiny-qwen-bpe-sub", "tiny-gpt2-unigram-mul"):
+        recipe = zoo_build.RECIPES[zoo_id]
+        held_out = held_out_expressions(0, recipe.sft.held_out_levels)
+        prompts = {p.prompt for p in sft_problems(recipe.sft, 0, held_out)}
+        assert not prompts & every_validation, zoo_id
+    task = make_task(config.task, seed=2)
+    train = {p.prompt for step in range(50) for p in task.train_batch(step, 16)}
+    assert not train & every_validation

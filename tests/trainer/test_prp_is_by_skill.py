@@ -66,8 +66,15 @@ def test_prp_logs_the_is_weight_mean_per_skill_of_the_prompt(complementary_zoo: 
         tokens.setdefault(skill, []).extend(row)
     assert len(tokens) > 1, tokens  # the peer answered prompts of several skills
     prefix = prp.IS_WEIGHT_MEAN + "/"
-    logged = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
+    answer = prp.IS_WEIGHT_MEAN_ANSWER  # the digit tokens' keys: test_prp_answer_weight.py
+    logged = {
+        k[len(prefix) :]: v
+        for k, v in metrics.items()
+        if k.startswith(prefix) and not k.startswith(answer)
+    }
     assert set(logged) == set(tokens)
+    answer_skills = {k[len(answer) + 1 :] for k in metrics if k.startswith(answer + "/")}
+    assert answer_skills and answer_skills <= set(tokens)
     for skill, values in tokens.items():
         assert logged[skill] == pytest.approx(sum(values) / len(values), abs=1e-12), skill
     weighted = sum(logged[s] * len(tokens[s]) for s in tokens) / sum(map(len, tokens.values()))
@@ -83,4 +90,5 @@ def test_prp_logs_no_per_skill_weight_when_the_prompts_share_one_skill(
     problems = ArithmeticTask(seed=0, levels=(3,), val_size=2).validation()
     metrics, _skills, weights = _prp_step(complementary_zoo, problems)
     assert weights and prp.IS_WEIGHT_MEAN in metrics
-    assert not any(k.startswith(prp.IS_WEIGHT_MEAN + "/") for k in metrics)
+    overall = {prp.IS_WEIGHT_MEAN, prp.IS_WEIGHT_MEAN_ANSWER}  # no per-skill key
+    assert {k for k in metrics if k.startswith(prp.IS_WEIGHT_MEAN)} <= overall

@@ -1,10 +1,14 @@
-"""Sequential peer SFT (the Mutual RL paper's Figure 11 baseline): stage 1 is standalone
-GRPO while each learner buffers its peers' verified successes as SGT sees them (through
-THL), stage 2 fine-tunes on the buffer with an NLL only.
+"""Sequential peer SFT (the Mutual RL paper's Figure 11 baseline) as the paper ran it:
+stage 1 is the full standalone GRPO schedule (``steps`` steps) while each learner buffers
+its peers' verified successes as SGT sees them (through THL); stage 2 is ``sft_steps``
+extra steps that fine-tune on the buffer with an NLL only, from the RL-trained policy or
+(``sft_from: "base"``) from the base model's weights.
 
-Pure tests of the stage-2 schedule and the buffer; the config's fix-it messages; one
-stage-1 and one stage-2 step on real tiny zoo policies (the peers' successes built by
-hand, as the SGT tests do); and short runs of ``python -m trainer run``, one resumed."""
+Pure tests of the stage-2 schedule and the buffer; the config (fix-it messages, the run's
+total steps); one stage-1 and one stage-2 step on real tiny zoo policies (the peers'
+successes built by hand, as the SGT tests do), and the base variant's restart; and short
+runs of ``python -m trainer run``: standalone, both variants, one resumed across the
+stage boundary."""
 
 from __future__ import annotations
 
@@ -22,10 +26,12 @@ import torch
 from tests.trainer.zoo_policy import zoo_policy
 from trainer import metrics as m
 from trainer.batch import build_sequences
+from trainer.checkpoint import complete_checkpoints
 from trainer.cli import main as cli_main
-from trainer.config import ConfigError, RunConfig
+from trainer.config import ConfigError, RunConfig, stored_total_steps
 from trainer.core import token_log_probs
 from trainer.exchange import StepRecord
+from trainer.models import load_causal_lm
 from trainer.policy import Policy, Rollouts
 from trainer.regimes import regime_spec, sequential_sft
 from trainer.regimes.sequential_sft import SequentialSFTConfig
@@ -139,25 +145,46 @@ def test_the_declaration_and_the_example() -> None:
         assert catalogue[key].group == m.SHARING
     config = RunConfig.from_file(EXAMPLE)
     assert config.regime == "sequential_sft" and config.section("sequential_sft").sft_steps == 20
+    assert config.section("sequential_sft").sft_from == "rl"  # the paper's, by default
+    assert config.total_steps == config.steps + 20
     assert cli_main(["validate", "--config", str(EXAMPLE)]) == 0
 
 
-def test_sft_steps_must_leave_stage_1_a_step() -> None:
-    errors = _errors(_config_dict(sequential_sft={"sft_steps": 4}))
-    assert errors == {
-        "sequential_sft.sft_steps": "sft_steps (4) must be less than steps (4): stage 1 (GRPO "
-        "while collecting the peers' successes) needs at least one step; use sft_steps <= 3, "
-        "or raise steps to at least 5"
-    }
-    errors = _errors(_config_dict(steps=1, sequential_sft={"sft_steps": 1}))
-    assert errors["sequential_sft.sft_steps"].endswith(
-        "needs at least one step; raise steps to at least 2"
-    )
+def test_the_sft_steps_come_after_the_steps_of_rl() -> None:
+    # Any sft_steps >= 1 goes with any steps: the SFT stage adds steps, it takes none.
+    for steps, sft_steps in ((4, 2), (4, 4), (1, 1), (2, 9)):
+        data = _config_dict(steps=steps, sequential_sft={"sft_steps": sft_steps})
+        config = RunConfig.from_dict(data)
+        assert (config.steps, config.total_steps) == (steps, steps + sft_steps)
+        assert stored_total_steps(config.to_dict()) == steps + sft_steps
     assert _errors(_config_dict(sequential_sft={"sft_steps": 0})) == {
         "sequential_sft.sft_steps": "sft_steps must be >= 1; got 0"
     }
-    # Another regime's run stores the section too, but does not have to obey it.
-    assert RunConfig.from_dict(_config_dict(regime="standalone", steps=2)).steps == 2
+    # Another regime's run stores the section too, and runs its steps alone.
+    standalone = RunConfig.from_dict(_config_dict(regime="standalone", steps=2))
+    assert standalone.total_steps == 2 == stored_total_steps(standalone.to_dict())
+
+
+def test_a_stored_config_gives_its_total_steps_without_being_validated() -> None:
+    base = {"regime": "sequential_sft", "steps": 60}
+    assert stored_total_steps({**base, "sequential_sft": {"sft_steps": 15}}) == 75
+    assert stored_total_steps(base) == 80  # the section's default sft_steps
+    assert stored_total_steps({**base, "sequential_sft": {"sft_steps": "x"}}) == 60
+    assert stored_total_steps({**base, "regime": "nope"}) == 60
+    assert stored_total_steps({"steps": 60}) == 60  # standalone
+    for broken in ({"steps": 0}, {"steps": True}, {"steps": "60"}, {}, [], None):
+        assert stored_total_steps(broken) is None
+
+
+def test_sft_from_is_rl_or_base() -> None:
+    for start in ("rl", "base"):
+        data = _config_dict(sequential_sft={"sft_steps": 2, "sft_from": start})
+        assert RunConfig.from_dict(data).section("sequential_sft").sft_from == start
+    assert _errors(_config_dict(sequential_sft={"sft_from": "zoo"})) == {
+        "sequential_sft.sft_from": "sft_from must be one of rl, base; got 'zoo'"
+    }
+    help_text = SequentialSFTConfig.__dataclass_fields__["sft_from"].metadata["help"]
+    assert "base" in help_text and "initial weights" in help_text and "fresh" in help_text
 
 
 def test_the_other_settings_have_fix_it_messages() -> None:
@@ -263,9 +290,11 @@ def test_a_stage_1_step_is_standalone_grpo_and_buffers_the_translated_peer_succe
     assert held[0].response_ids[-1] == learner.tokenizer.eos_token_id
     assert held[3].response_ids[-1] != learner.tokenizer.eos_token_id  # cut off: no EOS
 
-    again = regime.learn(learner, own, _records(config, 2), step=2)  # the same successes
+    again = regime.learn(learner, own, _records(config, 4), step=4)  # the same successes
+    assert again.metrics[sequential_sft.STAGE] == 1.0  # steps = 4: RL's last step
     assert again.metrics[sequential_sft.BUFFERED] == 0.0
     assert again.metrics[sequential_sft.BUFFER_SIZE] == 4.0
+    assert (regime.first_sft_step, regime.stage(4), regime.stage(5)) == (5, 1, 2)
 
 
 def _nll_update(policy: Policy, prompts: list[list[int]], answers: list[list[int]], coef: float):
@@ -292,8 +321,9 @@ def test_a_stage_2_step_trains_only_the_nll_of_its_share_of_the_buffer(
         group["lr"] = 1e-4
     regime = SequentialSFT(config, "a")
     regime.learn(learner, own, _records(config, 1), step=1)
-    assert regime.publish(learner, own, step=3) == {}  # nothing crosses in stage 2
-    step = regime.learn(learner, own, [], step=3)  # steps 4, sft_steps 2: stage 2 is 3..4
+    assert regime.publish(learner, own, step=4) != {}  # step 4 (= steps) is RL's last
+    assert regime.publish(learner, own, step=5) == {}  # nothing crosses in stage 2
+    step = regime.learn(learner, own, [], step=5)  # steps 4, sft_steps 2: stage 2 is 5..6
 
     held = regime.buffer.items()
     batch = step.batch
@@ -331,7 +361,7 @@ def test_a_stage_2_step_trains_only_the_nll_of_its_share_of_the_buffer(
     for b, a in zip(before, after, strict=True):
         assert a > b + 1e-3, (b, a)  # the peers' answers became more likely
 
-    last = regime.learn(learner, own, [], step=4)
+    last = regime.learn(learner, own, [], step=6)
     assert last.batch.aux_terms[0].response_ids == [list(i.response_ids) for i in held[2:]]
 
 
@@ -339,7 +369,7 @@ def test_stage_2_with_an_empty_buffer_trains_nothing(
     setup: tuple[RunConfig, Policy, Rollouts],
 ) -> None:
     config, learner, own = setup
-    step = SequentialSFT(config, "a").learn(learner, own, [], step=3)
+    step = SequentialSFT(config, "a").learn(learner, own, [], step=5)
     assert len(step.batch) == 0 and step.batch.aux_terms == [] and step.events == []
     assert step.metrics[sequential_sft.SAMPLES] == 0.0 and step.metrics[sequential_sft.NLL] == 0.0
     untouched = copy.deepcopy(learner)
@@ -348,9 +378,47 @@ def test_stage_2_with_an_empty_buffer_trains_nothing(
     # Under ReMix as well: nothing to replay or store.
     remix_config = RunConfig.from_dict(_config_dict(off_policy="remix"))
     remix = ReMix(remix_config, "a")
-    metrics = remix.train(learner, step.batch, own, 3)
+    metrics = remix.train(learner, step.batch, own, 5)
     assert metrics[m.REMIX_OFFPOLICY_FRAC] == 0.0 and len(remix.replay) == 0
     assert _same_weights(learner, untouched)
+
+
+def _same_as(policy: Policy, model: torch.nn.Module) -> bool:
+    ours, theirs = policy.model.state_dict(), model.state_dict()
+    return ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+@pytest.mark.parametrize("start", ["rl", "base"])
+def test_the_base_variant_starts_the_sft_stage_from_the_base_models_weights(
+    setup: tuple[RunConfig, Policy, Rollouts], zoo_dir: Path, start: str
+) -> None:
+    _, learner, own = setup
+    config = RunConfig.from_dict(_config_dict(sequential_sft={"sft_steps": 2, "sft_from": start}))
+    regime = SequentialSFT(config, "a")
+    regime.learn(learner, own, _records(config, 1), step=1)
+    # What RL did to the policy by the end of step 4 (= steps): an update that moves its
+    # weights and fills its optimizer state.
+    held = regime.buffer.items()
+    prompts, answers = [list(i.prompt_ids) for i in held], [list(i.response_ids) for i in held]
+    _nll_update(learner, prompts, answers, 1.0)
+    zoo_model = load_causal_lm(zoo_dir / ZOO["a"])
+    assert not _same_as(learner, zoo_model) and learner.optimizer.state
+    rl_trained = copy.deepcopy(learner)
+
+    first = regime.learn(learner, own, [], step=5)  # the first SFT step
+    if start == "base":  # the zoo model's weights, a fresh optimizer state
+        assert _same_as(learner, zoo_model) and not learner.optimizer.state
+    else:  # the policy RL left, its optimizer state kept
+        assert _same_weights(learner, rl_trained)
+        kept, saved = (p.optimizer.state_dict()["state"] for p in (learner, rl_trained))
+        assert kept.keys() == saved.keys() and kept
+        assert all(torch.equal(kept[i]["exp_avg"], saved[i]["exp_avg"]) for i in kept)
+    assert first.batch.aux_terms  # and it fine-tunes on the buffer from there
+    learner.train_step(first.batch)
+    assert learner.optimizer.state
+    after_one = copy.deepcopy(learner)
+    regime.learn(learner, own, [], step=6)  # the later SFT steps restart nothing
+    assert _same_weights(learner, after_one)
 
 
 def test_the_buffer_survives_a_checkpoint(
@@ -363,13 +431,14 @@ def test_the_buffer_survives_a_checkpoint(
     resumed = SequentialSFT(config, "a")
     resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False))
     assert resumed.buffer.items() == regime.buffer.items()
-    one, other = regime.learn(learner, own, [], 3), resumed.learn(learner, own, [], 3)
+    one, other = regime.learn(learner, own, [], 5), resumed.learn(learner, own, [], 5)
     assert one.batch.aux_terms == other.batch.aux_terms and one.events == other.events
 
 
 # --- end to end -----------------------------------------------------------------------------
 
-STEPS, SFT_STEPS, EPOCHS = 4, 2, 2
+STEPS, SFT_STEPS, EPOCHS = 3, 2, 2
+LAST = STEPS + SFT_STEPS
 
 
 def _run(zoo_dir: Path, config_path: Path, run_dir: Path, *extra: str) -> None:
@@ -383,8 +452,11 @@ def _run(zoo_dir: Path, config_path: Path, run_dir: Path, *extra: str) -> None:
 
 
 def _points(run_dir: Path) -> dict[tuple[str, str, int], float]:
+    """Every reproducible point, by (policy, key, step): the timings left out."""
     return {
-        (p["policy"], p["key"], p["step"]): decode_value(p["value"]) for p in read_points(run_dir)
+        (p["policy"], p["key"], p["step"]): decode_value(p["value"])
+        for p in read_points(run_dir)
+        if p["key"] not in m.TIMING_KEYS
     }
 
 
@@ -396,10 +468,11 @@ def _event_keys(run_dir: Path) -> list[tuple[Any, ...]]:
     ]  # fmt: skip
 
 
-@pytest.mark.slow
-def test_a_short_run_trains_stage_1_then_stage_2_and_resumes_with_its_buffer(
-    zoo_dir: Path, tmp_path: Path
-) -> None:
+def _until(points: dict[tuple[str, str, int], float], last: int) -> dict[Any, float]:
+    return {key: value for key, value in points.items() if key[2] <= last}
+
+
+def _write_config(tmp_path: Path, name: str, **overrides: Any) -> Path:
     pool = [
         {"name": name, "model": f"zoo:{ZOO[name]}", "group_size": 4, "max_new_tokens": 12}
         for name in ("a", "b")
@@ -408,42 +481,82 @@ def test_a_short_run_trains_stage_1_then_stage_2_and_resumes_with_its_buffer(
         "name": "sequential-sft-e2e", "pool": pool, "regime": "sequential_sft",
         "sequential_sft": {"sft_steps": SFT_STEPS, "sft_epochs": EPOCHS, "lambda_sft": 1.0},
         "task": {"kind": "arithmetic", "levels": [1], "val_size": 4},
-        "steps": STEPS, "prompts_per_step": 6, "val_every": 1, "checkpoint_every": STEPS,
-        "seed": 0,
+        # val_every 2: step 3 (= steps) is validated because RL ends there, as a
+        # standalone run validates its last step; checkpoints only where the rules say.
+        "steps": STEPS, "prompts_per_step": 6, "val_every": 2, "checkpoint_every": 100,
+        "seed": 0, **overrides,
     }  # fmt: skip
-    config_path = tmp_path / "config.json"
-    config_path.write_text(json.dumps(config))
-    run_dir = tmp_path / "run"
-    _run(zoo_dir, config_path, run_dir)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return path
 
-    points = _points(run_dir)
-    assert not {key for _, key, _ in points} - set(m.catalogue().by_key)  # all catalogued
-    events = list(read_events(run_dir))
-    for policy in ("a", "b"):
-        stages = [points[(policy, sequential_sft.STAGE, s)] for s in range(1, STEPS + 1)]
-        assert stages == [1.0, 1.0, 2.0, 2.0]
-        for s in range(1, STEPS + 1):  # the curves go on through both stages
-            assert (policy, m.TRAIN_REWARD_MEAN, s) in points
-            assert (policy, m.VAL_REWARD_AT_1, s) in points
-            assert ((policy, m.PG_LOSS, s) in points) == (s <= STEPS - SFT_STEPS)
-        sizes = [points[(policy, sequential_sft.BUFFER_SIZE, s)] for s in range(1, STEPS + 1)]
-        assert sizes[0] <= sizes[1] == sizes[2] == sizes[3]
-        assert sizes[1] > 0, f"{policy}'s peer solved no prompt: nothing to fine-tune on"
-        trained = [points[(policy, sequential_sft.SAMPLES, s)] for s in range(1, STEPS + 1)]
-        assert trained[:2] == [0.0, 0.0] and sum(trained) == EPOCHS * sizes[1]
-        assert points[(policy, sequential_sft.NLL, 3)] > 0
-        received = [e for e in events if e["target"] == policy]
-        assert {e["step"] for e in received} == {3, 4}
-        assert sum(e["count"] for e in received) == EPOCHS * sizes[1]
+
+@pytest.mark.slow
+def test_rl_runs_as_standalone_then_the_sft_steps_follow_and_resume_across_the_boundary(
+    zoo_dir: Path, tmp_path: Path
+) -> None:
+    standalone_dir, rl_dir, base_dir, resumed_dir = (
+        tmp_path / name for name in ("standalone", "rl", "base", "resumed")
+    )
+    _run(zoo_dir, _write_config(tmp_path, "standalone", regime="standalone"), standalone_dir)
+    _run(zoo_dir, _write_config(tmp_path, "rl"), rl_dir)
+    base_config = _write_config(
+        tmp_path, "base", sequential_sft={"sft_steps": SFT_STEPS, "sft_epochs": EPOCHS,
+                                          "lambda_sft": 1.0, "sft_from": "base"},
+    )  # fmt: skip
+    _run(zoo_dir, base_config, base_dir)
+    _run(zoo_dir, base_config, resumed_dir, "--steps", str(STEPS))  # stopped at the boundary
+    _run(zoo_dir, base_config, resumed_dir, "--resume")
+
+    standalone, rl, base = _points(standalone_dir), _points(rl_dir), _points(base_dir)
+    # RL is standalone's, step for step: the same values of the same keys, plus the
+    # regime's own (stage 1, buffer); no transfer before the SFT stage.
+    assert max(step for *_, step in standalone) == STEPS
+    assert {step for *_, step in rl} == set(range(LAST + 1))  # steps 0 .. steps + sft_steps
+    rl_stage_1 = _until(rl, STEPS)
+    assert {k: v for k, v in rl_stage_1.items() if k in standalone} == standalone
+    assert {key for _, key, _ in set(rl_stage_1) - set(standalone)} == {
+        sequential_sft.STAGE, sequential_sft.BUFFER_SIZE,
+        sequential_sft.BUFFERED, sequential_sft.SAMPLES,
+    }  # fmt: skip
+    assert not {key for _, key, _ in rl} - set(m.catalogue().by_key)  # all catalogued
+    events = list(read_events(rl_dir))
+    assert {e["step"] for e in events} == set(range(STEPS + 1, LAST + 1))
     assert {e["kind"] for e in events} == {"sft_sample"}
     assert all(e["source"] != e["target"] and e["samples"] for e in events)
+    # Checkpoints at the end of RL and at the run's last step (checkpoint_every is 100).
+    assert [c.step for c in complete_checkpoints(rl_dir)] == [STEPS, LAST]
+    assert [c.step for c in complete_checkpoints(standalone_dir)] == [STEPS]
 
-    # Stopped after step 3 and resumed: step 4 trains on the same buffered samples.
-    resumed_dir = tmp_path / "resumed"
-    _run(zoo_dir, config_path, resumed_dir, "--steps", "3")
-    _run(zoo_dir, config_path, resumed_dir, "--resume")
-    assert _event_keys(resumed_dir) == _event_keys(run_dir)
-    resumed = _points(resumed_dir)
     for policy in ("a", "b"):
-        for key in (sequential_sft.BUFFER_SIZE, sequential_sft.SAMPLES):
-            assert resumed[(policy, key, 4)] == points[(policy, key, 4)]
+        stages = [rl[(policy, sequential_sft.STAGE, s)] for s in range(1, LAST + 1)]
+        assert stages == [1.0] * STEPS + [2.0] * SFT_STEPS
+        for s in range(1, LAST + 1):  # the curves go on through both stages
+            assert (policy, m.TRAIN_REWARD_MEAN, s) in rl
+            assert ((policy, m.PG_LOSS, s) in rl) == (s <= STEPS)
+            # every val_every steps, at the end of RL and at the last step
+            assert ((policy, m.VAL_REWARD_AT_1, s) in rl) == (s in (2, 3, 4, 5))
+        sizes = [rl[(policy, sequential_sft.BUFFER_SIZE, s)] for s in range(1, LAST + 1)]
+        assert sizes == sorted(sizes) and sizes[STEPS - 1 :] == [sizes[-1]] * (SFT_STEPS + 1)
+        assert sizes[-1] > 0, f"{policy}'s peer solved no prompt: nothing to fine-tune on"
+        trained = [rl[(policy, sequential_sft.SAMPLES, s)] for s in range(1, LAST + 1)]
+        assert trained[:STEPS] == [0.0] * STEPS and sum(trained) == EPOCHS * sizes[-1]
+        assert rl[(policy, sequential_sft.NLL, STEPS + 1)] > 0
+        received = [e for e in events if e["target"] == policy]
+        assert sum(e["count"] for e in received) == EPOCHS * sizes[-1]
+
+    # The base variant: the same RL and the same buffer; its SFT stage trains the same
+    # samples, from other weights (the update's NLL is the base model's).
+    assert _until(base, STEPS) == rl_stage_1
+    assert _event_keys(base_dir) == _event_keys(rl_dir)
+    for policy in ("a", "b"):
+        first = (policy, sequential_sft.NLL, STEPS + 1)
+        assert base[first] != rl[first]
+        # That step's rollouts came before the restart: RL's last policy drew them.
+        reward = (policy, m.TRAIN_REWARD_MEAN, STEPS + 1)
+        assert base[reward] == rl[reward]
+
+    # Stopped at the boundary and resumed: the SFT stage restarts from the base weights
+    # after the resume and trains as the run that was not interrupted.
+    assert _points(resumed_dir) == base
+    assert _event_keys(resumed_dir) == _event_keys(base_dir)

@@ -1,4 +1,5 @@
-"""The compare page's presets: the complementary-skills pool's per-skill validation."""
+"""The compare page's presets: the complementary-skills pool's per-skill validation, the
+systematic-gap pool's per-slice validation."""
 
 from __future__ import annotations
 
@@ -40,3 +41,21 @@ def test_the_complementary_preset_shows_validation_per_skill_by_regime(
     title = PRESETS["complementary"]["title"]
     assert title == "Complementary skills: validation reward@1 per skill"
     assert 'data-testid="preset-complementary"' in html and title in html
+
+
+def test_the_gap_preset_shows_validation_per_slice_by_regime(
+    client: Client, alice: User, make_experiment: Callable
+) -> None:
+    source = make_experiment(seeds=(0,))
+    sweep = sweep_launch(
+        owner=alice, source=source, name="slices", regimes=["standalone", "sgt"], seeds=[0]
+    )
+    client.force_login(alice)
+    page = client.get(reverse("experiments:compare"), {"sweep": sweep.pk, "preset": "gap"})
+    assert page.status_code == 200
+    slices = ("no_carry", "carry", "overflow", "carry_overflow")
+    assert page.context["chosen_metrics"] == [f"{m.VAL_REWARD_AT_1}/{s}" for s in slices]
+    assert page.context["params"]["group_by"] == "regime"
+    html = page.content.decode()
+    assert 'data-testid="preset-gap"' in html
+    assert "Systematic gap: validation reward@1 per slice" in html

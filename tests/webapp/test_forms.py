@@ -845,3 +845,14 @@ def test_the_web_app_and_its_tasks_never_import_torch_or_transformers() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_a_field_with_choices_in_its_metadata_is_a_select() -> None:
+    """sequential_sft.sft_from lists its choices in its metadata (its help explains them)."""
+    from trainer.regimes.sequential_sft import SequentialSFTConfig
+    from webapp.experiments.configform import build_field, config_fields
+
+    spec = next(f for f in config_fields(SequentialSFTConfig) if f.name == "sft_from")
+    assert spec.choices == ("rl", "base")
+    field = build_field(spec)
+    assert [value for value, _ in field.choices if value] == ["rl", "base"]

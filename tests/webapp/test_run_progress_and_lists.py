@@ -419,3 +419,14 @@ def test_the_run_page_and_the_status_api_say_where_each_policy_ran(
         '<dd data-field="worker_nodes" data-testid="worker-nodes">qwen on vm, gpt2 on node2</dd>'
         in page
     )
+
+
+def test_a_sequential_sft_runs_last_step_counts_its_sft_steps() -> None:
+    """The SFT stage runs after the RL steps (issue 30): step N of steps + sft_steps."""
+    from webapp.experiments.progress import total_steps_of
+
+    sequential = {"steps": 60, "regime": "sequential_sft", "sequential_sft": {"sft_steps": 15}}
+    assert total_steps_of(sequential) == 75
+    assert total_steps_of({"steps": 60, "regime": "sequential_sft"}) == 80  # default 20
+    assert total_steps_of({"steps": 60, "regime": "sgt"}) == 60
+    assert total_steps_of({"steps": 0}) is None and total_steps_of("x") is None

@@ -30,7 +30,9 @@ FILE_TASK_REWARDS = {"math_file": "math", "multiple_choice_file": "multiple_choi
 def make_task(config: TaskConfig, *, seed: int) -> Task:
     """The task a run config asks for, seeded with the run's seed."""
     if config.kind == "arithmetic":
-        return ArithmeticTask(seed=seed, levels=tuple(config.levels), val_size=config.val_size)
+        return ArithmeticTask(
+            seed=seed, levels=tuple(config.levels), val_size=config.val_size, split=config.split
+        )
     if config.kind == "addition_slices":
         return AdditionSlicesTask(seed=seed, val_size=config.val_size)
     if config.kind in FILE_TASK_REWARDS:

@@ -13,32 +13,32 @@ A policy whose warm-start always drops the ones carry fails every sample on ``ca
 gap``), and validation reports ``val/reward@1/<slice>`` per slice.
 
 **Held out for every seed.** The problem space is split once, by a hash of the
-expression, into a validation part (one problem in :data:`VALIDATION_SHARE`) and a
-training part. A run's validation set is drawn (by its seed) from the validation part
-only, its train stream and every warm-start from the training part only: no seed's
-validation prompt is ever trained on (:func:`is_validation_expression`).
+expression (:mod:`trainer.tasks.split`), into a validation part (one problem in
+:data:`VALIDATION_SHARE`) and a training part. A run's validation set is drawn (by its
+seed) from the validation part only, its train stream and every warm-start from the
+training part only: no seed's validation prompt is ever trained on
+(:func:`is_validation_expression`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass, field
 from functools import cache
 
 from trainer.tasks.arithmetic import prompt_for
 from trainer.tasks.base import Problem
+from trainer.tasks.split import VALIDATION_SHARE, is_validation_expression
 
 SLICES = ("no_carry", "carry", "overflow", "carry_overflow")
 """The slices, in the order validation cycles through them."""
 LEVEL = 3
 """The arithmetic level of every problem (two-digit addition)."""
-VALIDATION_SHARE = 8
-"""One expression in this many is in the validation part."""
 OPERANDS = range(10, 100)
 
 __all__ = [
     "SLICES",
+    "VALIDATION_SHARE",
     "AdditionSlicesTask",
     "dropped_hundreds",
     "is_validation_expression",
@@ -51,12 +51,6 @@ def slice_of(a: int, b: int) -> str:
     carries = a % 10 + b % 10 >= 10
     overflows = a + b >= 100
     return SLICES[int(carries) + 2 * int(overflows)]
-
-
-def is_validation_expression(expression: str) -> bool:
-    """Whether ``expression`` (``"47+38"``) is in the validation part, for every seed."""
-    digest = hashlib.sha256(f"addition-slices/{expression}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % VALIDATION_SHARE == 0
 
 
 def dropped_hundreds(a: int, b: int) -> int:

@@ -25,8 +25,11 @@ import random
 from dataclasses import dataclass, field
 
 from trainer.tasks.base import Problem
+from trainer.tasks.split import is_validation_expression
 
 LEVELS = (1, 2, 3, 4, 5, 6)
+SPLITS = ("seed", "hash")
+"""How validation is held out (:attr:`ArithmeticTask.split`)."""
 ADDITIVE_LEVELS = (1, 2, 3, 4, 5)
 """The levels before multiplication was added: the normal zoo's tokenizer corpus and SFT
 held-out sets are drawn from these, so adding level 6 changed no built policy."""
@@ -84,17 +87,25 @@ class ArithmeticTask:
     """Train stream and held-out validation set of arithmetic problems.
 
     The validation set is drawn first, from its own seed; the train stream skips every
-    expression in it, so validation stays held out.
+    expression in it, so validation stays held out. With ``split="hash"`` it is drawn from
+    the hash split's validation part only and the train stream skips that whole part, so
+    no seed's validation prompt is trained on, by any seed's run or any warm-start.
     """
 
     seed: int = 0
     levels: tuple[int, ...] = (1, 2, 3)
     val_size: int = 64
     reward_name: str = "math"
+    split: str = "seed"
+    """``"seed"``: validation drawn from all problems, held out of this seed's train stream
+    only; ``"hash"``: drawn from the validation part of :mod:`trainer.tasks.split`, which no
+    train stream and no warm-start of any seed uses."""
     _val: list[Problem] = field(init=False, repr=False)
     _val_expressions: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, not {self.split!r}")
         unknown = sorted(set(self.levels) - set(LEVELS))
         if not self.levels or unknown:
             raise ValueError(f"arithmetic levels must be a non-empty subset of {LEVELS}")
@@ -110,6 +121,8 @@ class ArithmeticTask:
                 )
             level = self.levels[len(seen) % len(self.levels)]
             expression, value = make_expression(rng, level)
+            if self.split == "hash" and not is_validation_expression(expression):
+                continue
             if expression not in seen:
                 seen[expression] = Problem(
                     id=f"arith-val-{len(seen):05d}",
@@ -130,7 +143,9 @@ class ArithmeticTask:
         while len(problems) < size:
             level = rng.choice(self.levels)
             expression, value = make_expression(rng, level)
-            if expression in self._val_expressions:
+            if expression in self._val_expressions or (
+                self.split == "hash" and is_validation_expression(expression)
+            ):
                 continue
             problems.append(
                 Problem(

@@ -117,7 +117,7 @@ _LATER_FIELDS: dict[str, Any] = {
 _LATER_SFT_FIELDS: dict[str, Any] = {
     "held_out_levels": SFTConfig.__dataclass_fields__["held_out_levels"].default,
     "slip": "carry",
-    "hold_out_slices": False,
+    "hold_out_split": False,
 }
 
 
@@ -187,6 +187,7 @@ COMPLEMENTARY_RECIPES: dict[str, Recipe] = {
                 steps=steps,
                 level_weights=((level, 1.0),),
                 held_out_levels=(*SFTConfig.held_out_levels, COMPLEMENTARY_LEVELS),
+                hold_out_split=True,
             ),
             validation_levels=COMPLEMENTARY_LEVELS,
             accuracy_floor=0.4,
@@ -219,7 +220,7 @@ GAP_RECIPES: dict[str, Recipe] = {
                 carry_slip=1.0 if slip else 0.0,
                 slip_levels=(3,) if slip else (),
                 slip=slip or "carry",
-                hold_out_slices=True,
+                hold_out_split=True,
             ),
             validation_levels=(3,),
             validation_task="addition_slices",
@@ -319,7 +320,8 @@ def validation_problems(recipe: Recipe, seed: int) -> list[Problem]:
     """The validation set a recipe's manifest reports accuracy on (of the build seed)."""
     if recipe.validation_task == "addition_slices":
         return AdditionSlicesTask(seed=seed, val_size=GAP_VALIDATION_SIZE).validation()
-    return ArithmeticTask(seed=seed, levels=recipe.validation_levels).validation()
+    split = "hash" if recipe.sft.hold_out_split else "seed"
+    return ArithmeticTask(seed=seed, levels=recipe.validation_levels, split=split).validation()
 
 
 def save_policy(policy: Policy, directory: Path) -> None:

@@ -25,7 +25,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.chat import format_prompt
-from trainer.tasks.addition_slices import dropped_hundreds, is_validation_expression
+from trainer.tasks.addition_slices import dropped_hundreds
 from trainer.tasks.arithmetic import (
     ADDITIVE_LEVELS,
     ArithmeticTask,
@@ -34,6 +34,7 @@ from trainer.tasks.arithmetic import (
     prompt_for,
 )
 from trainer.tasks.base import Problem
+from trainer.tasks.split import is_validation_expression
 
 IGNORE_INDEX = -100
 ADDITION = re.compile(r"(\d+)\+(\d+)")
@@ -64,9 +65,10 @@ class SFTConfig:
     """What a slipped demonstration gets wrong: ``"carry"`` drops the carry out of the
     ones digits (``47+38 -> 75``), ``"hundreds"`` the carry into the hundreds (``63+52 ->
     15``); see :data:`SLIPS`."""
-    hold_out_slices: bool = False
-    """Never train on the validation part of the addition_slices task (held out for every
-    seed, :func:`trainer.tasks.addition_slices.is_validation_expression`)."""
+    hold_out_split: bool = False
+    """Never train on the validation part of the hash split (:mod:`trainer.tasks.split`):
+    every seed's validation set of the addition_slices task and of an arithmetic task
+    with ``split="hash"``."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ def sft_problems(config: SFTConfig, seed: int, held_out: Collection[str]) -> lis
         (level,) = rng.choices(levels, weights)
         expression, value = make_expression(rng, level)
         prompt = prompt_for(expression)
-        if prompt in held_out or (config.hold_out_slices and is_validation_expression(expression)):
+        if prompt in held_out or (config.hold_out_split and is_validation_expression(expression)):
             continue
         slips = level in config.slip_levels and rng.random() < config.carry_slip
         answer = SLIPS[config.slip](expression, value) if slips else value

@@ -18,7 +18,8 @@ built, so a new config field, section or regime (registered at any time) appears
 form without touching this module.
 
 Type mapping: ``bool`` -> checkbox, ``int`` / ``float`` -> number, ``str`` -> text (a
-select when the help text reads ``One of (...)``), ``list[int]`` / ``list[str]`` ->
+select when the field's metadata lists ``choices`` or its help text reads ``One of
+(...)``), ``list[int]`` / ``list[str]`` ->
 comma-separated text, ``X | None`` -> optional (blank means null).
 """
 
@@ -104,7 +105,9 @@ def config_fields(cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> l
                 optional=optional,
                 default=default,
                 help=readable_doc(raw_help),
-                choices=_choices(raw_help) if kind == "str" else None,
+                choices=(tuple(spec.metadata.get("choices", ())) or _choices(raw_help))
+                if kind == "str"
+                else None,
                 label=str(spec.metadata.get("label") or field_label(spec.name)),
                 bounds=Bounds.of(spec.metadata) if kind in {"int", "float"} else None,
                 metadata=spec.metadata,

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from trainer.config import stored_total_steps
+
 NO_VALUE = "\u2013"  # an en dash, as the pages show a missing value
 # The run page's ETA follows the rate of this many recent steps.
 RECENT_STEPS = 10
@@ -97,9 +99,10 @@ def _rounded(seconds: float | None) -> float | None:
 
 
 def total_steps_of(config: object) -> int | None:
-    """The run config's ``steps`` (None when absent or not a positive integer)."""
-    steps = config.get("steps") if isinstance(config, dict) else None
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+    """The run's last step: the config's ``steps`` plus the steps its regime runs after
+    them (sequential SFT's ``sft_steps``); None when ``steps`` is absent or not a positive
+    integer (:func:`trainer.config.stored_total_steps`)."""
+    return stored_total_steps(config)
 
 
 def step_rate(recent: Sequence[tuple[int, float]]) -> float | None:

@@ -74,6 +74,20 @@ PRESETS: dict[str, dict[str, Any]] = {
             "group_by": "regime",
         },
     },
+    # The systematic-gap pool (examples/gap.json, issue 30): each weak policy fails every
+    # sample on its gap slice; a regime that transfers lifts it.
+    "gap": {
+        "title": "Systematic gap: validation reward@1 per slice",
+        "params": {
+            "metric": [
+                "val/reward@1/no_carry",
+                "val/reward@1/carry",
+                "val/reward@1/overflow",
+                "val/reward@1/carry_overflow",
+            ],
+            "group_by": "regime",
+        },
+    },
 }
 GROUP_BY_CHOICES = ("regime", "off_policy", "experiment", "seed")
 X_CHOICES = (("step", "step"), ("rollouts", "rollouts"), ("tokens", "response tokens"))

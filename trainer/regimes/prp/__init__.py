@@ -13,6 +13,10 @@ from trainer.regimes.spec import EventKind, MetricFamily, RegimeSpec, register_r
 
 IS_WEIGHT_MEAN = "prp/is_weight_mean"
 """Mean truncated importance weight over the peer tokens the learner trained on."""
+IS_WEIGHT_MEAN_ANSWER = "prp/is_weight_mean/answer"
+"""Mean truncated importance weight over the peer tokens that hold the answer's digits
+(inside the last ``\\boxed{...}``: :func:`trainer.regimes.prp.answer.answer_digit_positions`),
+without the format tokens around them."""
 IS_WEIGHT_CLIPPED_FRAC = "prp/is_weight_clipped_frac"
 """Share of peer tokens whose weight was truncated at c_bar."""
 PEER_SAMPLES = "prp/peer_samples"
@@ -61,15 +65,26 @@ SPEC = register_regime(
         config=PRPConfig,
         metrics=(
             MetricInfo(IS_WEIGHT_MEAN, "PRP importance weight (mean)", "", SHARING),
+            MetricInfo(
+                IS_WEIGHT_MEAN_ANSWER, "PRP importance weight (mean) · answer digits", "", SHARING
+            ),
             MetricInfo(IS_WEIGHT_CLIPPED_FRAC, "PRP clipped-weight fraction", "", SHARING),
             MetricInfo(PEER_SAMPLES, "PRP peer samples", "samples", SHARING),
         ),
         # The mean weight per skill of the prompt, when the step's prompts span several
-        # skills: prp/is_weight_mean/addition, ...
+        # skills: prp/is_weight_mean/addition, ...; and over the answer's digit tokens
+        # alone: prp/is_weight_mean/answer/addition, ... ("answer" is no skill: its key is
+        # the catalogue's own entry, which comes before the families).
         families=(
             MetricFamily(
                 re.compile(r"prp/is_weight_mean/(?P<skill>[a-z0-9_]+)"),
                 "PRP importance weight (mean) · {skill}",
+                "",
+                SHARING,
+            ),
+            MetricFamily(
+                re.compile(r"prp/is_weight_mean/answer/(?P<skill>[a-z0-9_]+)"),
+                "PRP importance weight (mean) · answer digits · {skill}",
                 "",
                 SHARING,
             ),

@@ -17,6 +17,14 @@ after the update. Read before it, they weigh the tokens then, with one forward.
 
 What crosses: per rollout its token ids, behaviour log-probs and reward (the learner
 loads the source's tokenizer to decode them).
+
+The weights are logged as their mean over every peer token (``prp/is_weight_mean``), over
+the tokens that hold the answer's digits alone (``prp/is_weight_mean/answer``: inside the
+last ``\\boxed{...}``, found on the learner's tokens by
+:func:`~trainer.regimes.prp.answer.answer_digit_positions`: the format tokens around
+them, ``\\boxed{``, ``}`` and EOS, which every policy writes alike, would hide a low
+weight on the digits), and, when the step's prompts span several skills, both per skill of
+the prompt.
 """
 
 from __future__ import annotations
@@ -41,10 +49,12 @@ from trainer.regimes.base import Regime, RegimeStep
 from trainer.regimes.prp import (
     IS_WEIGHT_CLIPPED_FRAC,
     IS_WEIGHT_MEAN,
+    IS_WEIGHT_MEAN_ANSWER,
     PEER_SAMPLES,
     ROLLOUT_EVENT,
     PRPConfig,
 )
+from trainer.regimes.prp.answer import answer_digit_positions
 from trainer.spool import Sample, make_event, make_sample
 from trainer.thl import align_response_logprobs
 
@@ -78,6 +88,8 @@ class PeerSample:
     mass_error: float
     unk_frac: float
     text_mismatch_frac: float
+    answer_positions: list[int]
+    """Where ``response_ids`` hold the answer's digits (:func:`answer_digit_positions`)."""
 
 
 def truncated_is_weights(
@@ -250,6 +262,9 @@ class PRP(Regime):
                         mass_error=alignment.mass_error,
                         unk_frac=retokenized.unk_frac,
                         text_mismatch_frac=retokenized.text_mismatch_frac,
+                        answer_positions=answer_digit_positions(
+                            retokenized.target_ids, policy.tokenizer
+                        ),
                     )
                 )
         return samples
@@ -286,23 +301,30 @@ class PRP(Regime):
         """The step's PRP and THL metrics; ``skills[i]`` is the skill of prompt i. When the
         prompts span several skills, ``prp/is_weight_mean/<skill>`` is the mean weight
         over the peer tokens of that skill's prompts (their token-weighted mean is the
-        overall one), so that a weight near 0 on foreign-skill prompts shows."""
+        overall one), so that a weight near 0 on foreign-skill prompts shows.
+        ``prp/is_weight_mean/answer`` (and ``.../answer/<skill>``) is the same mean over
+        the tokens that hold the answer's digits alone (:attr:`PeerSample.answer_positions`;
+        absent when no peer response has a boxed answer)."""
+        answers = [
+            [sample_weights[i] for i in sample.answer_positions] if sample_weights else []
+            for sample, sample_weights in zip(samples, weights, strict=True)
+        ]
         flat = [w for sample_weights in weights for w in sample_weights]
+        answer_flat = [w for answer_weights in answers for w in answer_weights]
         c_bar = self.settings.c_bar
         metrics = {PEER_SAMPLES: float(len(samples))}
         if flat:
-            metrics[IS_WEIGHT_MEAN] = sum(flat) / len(flat)
+            metrics[IS_WEIGHT_MEAN] = _mean(flat)
             metrics[IS_WEIGHT_CLIPPED_FRAC] = (
                 sum(w >= c_bar for w in flat) / len(flat) if self.settings.is_correction else 0.0
             )
+        if answer_flat:
+            metrics[IS_WEIGHT_MEAN_ANSWER] = _mean(answer_flat)
         if len({skill for skill in skills if skill}) > 1:
-            by_skill: dict[str, list[float]] = {}
-            for sample, sample_weights in zip(samples, weights, strict=True):
-                skill = skills[sample.prompt_index]
-                if skill and sample_weights:
-                    by_skill.setdefault(skill, []).extend(sample_weights)
-            for skill, values in sorted(by_skill.items()):
-                metrics[f"prp/is_weight_mean/{skill}"] = sum(values) / len(values)
+            for skill, values in _by_skill(samples, weights, skills).items():
+                metrics[f"prp/is_weight_mean/{skill}"] = _mean(values)
+            for skill, values in _by_skill(samples, answers, skills).items():
+                metrics[f"prp/is_weight_mean/answer/{skill}"] = _mean(values)
         if samples:
             metrics |= {
                 m.THL_RESIDUAL_SPAN_FRAC: _mean([s.residual_span_frac for s in samples]),
@@ -311,6 +333,19 @@ class PRP(Regime):
                 m.THL_TEXT_MISMATCH_FRAC: _mean([s.text_mismatch_frac for s in samples]),
             }
         return metrics
+
+
+def _by_skill(
+    samples: list[PeerSample], weights: list[list[float]], skills: list[str]
+) -> dict[str, list[float]]:
+    """``weights`` (one row per sample) pooled by the skill of each sample's prompt, in
+    skill order; samples without a skill or without weights are left out."""
+    by_skill: dict[str, list[float]] = {}
+    for sample, sample_weights in zip(samples, weights, strict=True):
+        skill = skills[sample.prompt_index]
+        if skill and sample_weights:
+            by_skill.setdefault(skill, []).extend(sample_weights)
+    return dict(sorted(by_skill.items()))
 
 
 def _mean(values: list[float]) -> float:

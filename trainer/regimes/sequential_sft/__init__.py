@@ -2,10 +2,15 @@
 settings, metrics and events. The implementation is
 :mod:`trainer.regimes.sequential_sft.regime`.
 
-One run in two stages with continuous steps: the first ``steps - sft_steps`` steps are
-standalone GRPO while each policy collects its peers' verified successes (as SGT sees
-them, retokenized by THL) into a bounded buffer; the last ``sft_steps`` steps fine-tune
-each policy offline on that buffer with an NLL only (no policy-gradient term).
+One run in two stages with continuous steps, as the paper ran it ("fine-tune on peer
+successes after standalone RL"): steps 1 .. ``steps`` are the full standalone GRPO
+schedule (the same batches, updates and metrics as a ``standalone`` run of the config and
+seed) while each policy collects its peers' verified successes (as SGT sees them,
+retokenized by THL) into a bounded buffer; then ``sft_steps`` extra steps, ``steps + 1``
+.. ``steps + sft_steps``, fine-tune each policy offline on that buffer with an NLL only
+(no policy-gradient term), from the RL-trained policy (``sft_from: "rl"``) or from the
+base model (``"base"``). The run has :attr:`~trainer.config.RunConfig.total_steps` =
+``steps + sft_steps`` steps, so its RL steps equal a standalone run's.
 """
 
 from __future__ import annotations
@@ -32,17 +37,20 @@ NLL = "sequential_sft/nll"
 """Token-mean NLL of the buffered peer successes trained on this step (stage 2; 0 when
 the buffer was empty)."""
 SAMPLE_EVENT = "sft_sample"
+SFT_FROM = ("rl", "base")
+"""Where stage 2 starts: the RL-trained policy (the paper's) or the base model."""
 
 
 @dataclass
 class SequentialSFTConfig:
-    """Sequential peer SFT: standalone GRPO, then SFT on the peers' collected successes."""
+    """Sequential peer SFT: the full standalone GRPO schedule, then SFT on the peers'
+    collected successes as extra steps."""
 
     sft_steps: int = field(
         default=20,
         metadata={
-            "help": "How many of the run's last steps fine-tune on the peers' successes "
-            "(stage 2; >= 1 and < steps)",
+            "help": "SFT steps after the steps of standalone RL (stage 2: steps + 1 .. "
+            "steps + sft_steps, so the run has steps + sft_steps steps in all; >= 1)",
             "label": "SFT steps",
             "min": 1,
         },
@@ -72,20 +80,29 @@ class SequentialSFTConfig:
             "min": 1,
         },
     )
+    sft_from: str = field(
+        default="rl",
+        metadata={
+            "help": "Where the SFT stage starts: rl (the paper's: the policy as standalone "
+            "RL left it, its optimizer state kept) or base (the peer successes buffered "
+            "during RL, fine-tuned into the policy's initial weights, those of its "
+            "model before any RL step; its optimizer state fresh)",
+            "label": "SFT starts from",
+            "choices": SFT_FROM,
+        },
+    )
+
+    def extra_steps(self) -> int:
+        """The steps the run adds after its ``steps`` of RL (read by
+        :attr:`trainer.config.RunConfig.total_steps` when this is the run's regime)."""
+        return self.sft_steps
 
     def problems(self, run: RunConfig) -> dict[str, str]:
-        """Stage 1 needs at least one step: ``sft_steps < steps``. Checked only when this
-        is the run's regime (every run stores the section); the range is the field's."""
-        if run.regime != NAME or self.sft_steps < 1 or self.sft_steps < run.steps:
+        """``sft_from`` names a start (checked whatever the run's regime, like the
+        ranges: every run stores the section)."""
+        if self.sft_from in SFT_FROM:
             return {}
-        fix = f"raise steps to at least {self.sft_steps + 1}"
-        if run.steps > 1:
-            fix = f"use sft_steps <= {run.steps - 1}, or {fix}"
-        return {
-            "sft_steps": f"sft_steps ({self.sft_steps}) must be less than steps "
-            f"({run.steps}): stage 1 (GRPO while collecting the peers' successes) needs at "
-            f"least one step; {fix}"
-        }
+        return {"sft_from": f"sft_from must be one of {', '.join(SFT_FROM)}; got {self.sft_from!r}"}
 
 
 # Nothing to say instead of a transfer panel (no ``quiet_when``): every configuration
@@ -95,8 +112,9 @@ SPEC = register_regime(
     RegimeSpec(
         name=NAME,
         label="Sequential peer SFT",
-        summary="Standalone GRPO while each policy collects its peers' verified successes "
-        "(retokenized by THL); the last sft_steps steps fine-tune on them with an NLL only.",
+        summary="Standalone GRPO for the run's steps while each policy collects its peers' "
+        "verified successes (retokenized by THL); then sft_steps extra steps fine-tune on "
+        "them with an NLL only.",
         implementation="trainer.regimes.sequential_sft.regime:SequentialSFT",
         order=4,
         colour="#D55E00",

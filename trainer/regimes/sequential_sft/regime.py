@@ -1,22 +1,32 @@
-"""``sequential_sft``: sequential peer SFT, the Mutual RL paper's Figure 11 baseline.
+"""``sequential_sft``: sequential peer SFT, the Mutual RL paper's Figure 11 baseline, as
+the paper ran it: the peers' successes are fine-tuned in *after* standalone RL completes.
 
-One run, two stages, continuous steps. With ``S = sft_steps`` of the run config's
-``steps`` (T):
+One run, two stages, continuous steps. With ``T = steps`` and ``S = sft_steps`` of the run
+config, the run has ``T + S`` steps (:attr:`~trainer.config.RunConfig.total_steps`):
 
-* **Stage 1** (steps 1 .. T - S): each policy trains exactly as ``standalone`` does (its
-  own rollouts, GRPO; the same batch, so the same loss and metrics) and publishes its
-  verified successes the way SGT does (:func:`~trainer.regimes.sgt.regime.shortest_successes`:
-  distinct success texts per solved prompt, here all of them, not only ``k_sgt``). Each
-  learner keeps every peer success of the step's prompts, in SGT's order (prompt by
-  prompt; shortest text first, then the source's rank in the pool, then the text),
-  retokenized by THL's text path after the learner's own chat-formatted prompt, exactly
-  as SGT retokenizes a rescue (:func:`~trainer.regimes.sgt.regime.translate`). The
-  buffer (:class:`SuccessBuffer`) holds at most ``max_buffer`` of them, deduplicated by
-  (source, prompt id, text), in the order they entered; when full the oldest go first.
-* **Stage 2** (the last S steps): nothing crosses any more; each policy fine-tunes
-  offline on its buffer. The batch has no samples of its own, so no policy-gradient, KL
-  or entropy term: only the auxiliary NLL (loss ``nll``, weight ``lambda_sft``) on the
-  buffered successes, one optimizer step per step
+* **Stage 1** (steps 1 .. T, the full standalone RL schedule): each policy trains exactly
+  as ``standalone`` does (its own rollouts, GRPO; the same batches, so the same updates
+  and metrics as a standalone run of the same config and seed, step for step) and
+  publishes its verified successes the way SGT does
+  (:func:`~trainer.regimes.sgt.regime.shortest_successes`: distinct success texts per
+  solved prompt, here all of them, not only ``k_sgt``). Each learner keeps every peer
+  success of the step's prompts, in SGT's order (prompt by prompt; shortest text first,
+  then the source's rank in the pool, then the text), retokenized by THL's text path
+  after the learner's own chat-formatted prompt, exactly as SGT retokenizes a rescue
+  (:func:`~trainer.regimes.sgt.regime.translate`). The buffer (:class:`SuccessBuffer`)
+  holds at most ``max_buffer`` of them, deduplicated by (source, prompt id, text), in the
+  order they entered; when full the oldest go first.
+* **Stage 2** (S extra steps, T + 1 .. T + S): nothing crosses any more; each policy
+  fine-tunes offline on its buffer. With ``sft_from: "rl"`` (the default, the paper's) it
+  goes on from the policy RL left, optimizer state and all; with ``"base"`` the first
+  stage-2 step first puts the base model's weights back
+  (:meth:`trainer.policy.Policy.restart_from_base`: as loaded before step 1, with a fresh
+  optimizer state), so the buffered successes are fine-tuned into the initial weights.
+  That step's rollouts, drawn before it, are still those of the policy RL left (so
+  ``train/*`` at T + 1 is RL's last policy under "base" as under "rl"); validation, which
+  follows the update, sees the restarted one. The batch has no samples of its own, so no
+  policy-gradient, KL or entropy term: only the auxiliary NLL (loss ``nll``, weight
+  ``lambda_sft``) on the buffered successes, one optimizer step per step
   (:meth:`trainer.policy.Policy.train_step` on a batch without samples). The schedule
   (:func:`sft_schedule`) spreads ``sft_epochs`` passes over the buffer evenly over the S
   steps: stage-2 step j (from 0) trains on items ``[j*c, (j+1)*c)`` of the buffer
@@ -25,13 +35,23 @@ One run, two stages, continuous steps. With ``S = sft_steps`` of the run config'
   item is a transfer event (``sft_sample``: one per peer and prompt per step, with the
   texts and their learner tokens, as SGT's). An empty buffer trains nothing.
 
-Rollouts and validation go on every step as the trainer loop does, so ``train/*`` and
-``val/*`` stay continuous across the stages. The buffer is part of the checkpoint
-(:meth:`SequentialSFT.state_dict`), so a resumed run trains on the same samples.
+Around the extra steps the trainer loop (:mod:`trainer.run`) behaves as for any run of
+``total_steps`` steps, plus one rule for the end of the RL steps: rollouts go on every
+step, so ``train/*`` stays continuous across the stages; validation runs every
+``val_every`` steps counted over the whole run, at step T (where a standalone run of T
+steps validates last) and at the last step; a checkpoint is written every
+``checkpoint_every`` steps, at step T (the RL-trained policies with the full buffer) and
+at the last step. ``python -m trainer run`` runs all T + S steps unless ``--steps`` stops
+it earlier, and the run's progress reads "step N/T+S". The buffer is part of the
+checkpoint (:meth:`SequentialSFT.state_dict`), and whether a step restarts from the base
+weights depends only on its number, so ``--resume`` from a checkpoint of either stage
+(step T included: the restart happens at T + 1 after the resume) trains as the run that
+was not interrupted.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -68,6 +88,7 @@ from trainer.regimes.sgt.regime import (
     translate,
 )
 
+log = logging.getLogger("trainer.regimes.sequential_sft")
 Key = tuple[str, str, str]
 """(source policy, prompt id, text): what makes a buffered success the same."""
 
@@ -191,8 +212,8 @@ class SequentialSFT(Regime):
 
     @property
     def first_sft_step(self) -> int:
-        """The run's first stage-2 step (steps are 1-based)."""
-        return self.config.steps - self.settings.sft_steps + 1
+        """The run's first stage-2 step, the one after its ``steps`` of RL (1-based)."""
+        return self.config.steps + 1
 
     def stage(self, step: int) -> int:
         return 2 if step >= self.first_sft_step else 1
@@ -240,7 +261,11 @@ class SequentialSFT(Regime):
         return RegimeStep(batch, [], metrics)
 
     def _fine_tune(self, policy: Policy, step: int) -> RegimeStep:
-        """Stage 2: the NLL of this step's share of the buffer, and nothing else."""
+        """Stage 2: the NLL of this step's share of the buffer, and nothing else; under
+        ``sft_from: "base"`` the first stage-2 step starts over from the base weights."""
+        if step == self.first_sft_step and self.settings.sft_from == "base":
+            policy.restart_from_base()
+            log.info("%s: the SFT stage starts from the base model's weights", self.learner)
         held = self.buffer.items()
         positions = sft_chunk(
             len(held), self.settings.sft_epochs, self.settings.sft_steps, step - self.first_sft_step
