@@ -59,3 +59,21 @@ def test_the_gap_preset_shows_validation_per_slice_by_regime(
     html = page.content.decode()
     assert 'data-testid="preset-gap"' in html
     assert "Systematic gap: validation reward@1 per slice" in html
+
+
+def test_the_gap_significance_preset_asks_for_the_carry_slice_against_standalone(
+    client: Client, alice: User, make_experiment: Callable
+) -> None:
+    source = make_experiment(seeds=(0,))
+    sweep = sweep_launch(
+        owner=alice, source=source, name="carry", regimes=["standalone", "sgt"], seeds=[0]
+    )
+    client.force_login(alice)
+    page = client.get(
+        reverse("experiments:compare"), {"sweep": sweep.pk, "preset": "gap-significance"}
+    )
+    assert page.status_code == 200
+    assert page.context["chosen_metrics"] == [f"{m.VAL_REWARD_AT_1}/carry"]
+    assert page.context["params"]["view"] == "significance"
+    assert page.context["params"]["baseline"] == "standalone"
+    assert 'data-testid="preset-gap-significance"' in page.content.decode()

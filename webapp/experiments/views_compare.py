@@ -88,6 +88,17 @@ PRESETS: dict[str, dict[str, Any]] = {
             "group_by": "regime",
         },
     },
+    # The gap pool's primary endpoint (bench/RESULTS.md): the carry slice against
+    # standalone, paired by seed, as the significance view computes it.
+    "gap-significance": {
+        "title": "Systematic gap: does a regime lift the carry slice? (paired t, Holm)",
+        "params": {
+            "view": "significance",
+            "metric": ["val/reward@1/carry"],
+            "group_by": "regime",
+            "baseline": "standalone",
+        },
+    },
 }
 GROUP_BY_CHOICES = ("regime", "off_policy", "experiment", "seed")
 X_CHOICES = (("step", "step"), ("rollouts", "rollouts"), ("tokens", "response tokens"))
