@@ -103,20 +103,29 @@ def test_the_sweep_form_launches_and_reports_errors_per_field(
     assert "sweep=" in response.context["compare_url"]
 
 
-def test_the_sweep_form_preselects_only_the_regimes_the_schedule_fits(
+def test_the_sweep_form_preselects_only_the_regimes_the_source_fits(
     client: Client, alice: User, make_experiment: Callable[..., Experiment]
 ) -> None:
-    """Sequential SFT's stage 2 (20 steps by default) does not fit a 4-step experiment:
-    it is offered but not checked; a 40-step one gets every regime checked."""
+    """A regime the source's config is not valid under is offered but not checked: a
+    one-policy experiment cannot share, so only standalone is checked; a three-policy
+    one of any length gets every regime (sequential SFT adds its SFT steps after the
+    full RL schedule, so it fits a 4-step source too)."""
     client.force_login(alice)
 
-    def checked(experiment: Experiment) -> set[str]:
-        form = client.get(reverse("experiments:sweep_create", args=[experiment.pk])).context["form"]
-        return set(form["regimes"].initial)
+    def offered_and_checked(experiment: Experiment) -> tuple[set[str], set[str]]:
+        url = reverse("experiments:sweep_create", args=[experiment.pk])
+        form = client.get(url).context["form"]
+        offered = {value for value, _label in form.fields["regimes"].choices}
+        return offered, set(form["regimes"].initial)
 
+    every = {"standalone", "prp", "xgrpo", "sgt", "sequential_sft"}
+    solo = make_experiment(
+        seeds=(0,), regime="standalone", pool=[{"name": "llama", "model": "zoo:tiny-llama-char"}]
+    )
+    assert offered_and_checked(solo) == (every, {"standalone"})
     short, long = make_experiment(seeds=(0,), steps=4), make_experiment(seeds=(0,), steps=40)
-    assert checked(short) == {"standalone", "prp", "xgrpo", "sgt"}
-    assert checked(long) == {"standalone", "prp", "xgrpo", "sgt", "sequential_sft"}
+    assert offered_and_checked(short) == (every, every)
+    assert offered_and_checked(long) == (every, every)
 
 
 def test_outsiders_cannot_sweep_or_see_sweeps(

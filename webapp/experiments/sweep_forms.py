@@ -71,8 +71,8 @@ def _parse_list(text: str, kind: type, what: str) -> list[Any]:
 
 def fitting_regimes(config: dict[str, Any] | None) -> list[str]:
     """The registered regimes ``config`` is valid under (all of them without a config):
-    the sweep form checks those at first, so a regime whose settings do not fit the
-    source's schedule (sequential SFT's stage 2 longer than the run) is not pre-selected."""
+    the sweep form checks those at first, so a regime the source does not fit (a sharing
+    regime for a one-policy pool) is offered but not pre-selected."""
     if config is None:
         return list(regime_names())
     fitting = []
