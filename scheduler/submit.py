@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from scheduler import local_slots
 from scheduler.backends import Backend, BackendError, JobStatus, read_exit_code
 from scheduler.backends import write_run_files as _write_run_files
 from scheduler.jobs import JobSpec, JobSpecError
@@ -96,10 +97,9 @@ def _submit(run_id: int) -> str:
     if run.state == Run.State.QUEUED:
         # Before the claim: after it, an exit code can only be this submission's job's.
         spec.exit_code_path.unlink(missing_ok=True)
-        if not services.run_transition(
-            run, Run.State.SUBMITTED, backend=run.backend or settings.EXECUTOR
-        ):
-            return "skipped: another worker claimed it"
+        claimed = _claim_local(run) if local_slots.is_local(run) else _claim(run)
+        if claimed is not None:
+            return claimed
     else:
         # An earlier attempt claimed it and died before saving the job id. Mark this
         # attempt (updated_at): the re-send of stale submissions leaves it alone.
@@ -119,6 +119,29 @@ def _submit(run_id: int) -> str:
     _save_job_id(run, backend, spec, job_id)
     log.info("run %s submitted to %s as job %s", run.pk, backend.name, job_id)
     return f"submitted {job_id}"
+
+
+def _claim(run: Run) -> str | None:
+    """Claim queued ``run`` (queued -> submitted); None when claimed, else what happened.
+    A status message saying it waited for a local slot goes."""
+    facts: dict[str, str] = {"backend": run.backend or settings.EXECUTOR}
+    if run.status_message.startswith(local_slots.WAITING):
+        facts["status_message"] = ""
+    if not services.run_transition(run, Run.State.SUBMITTED, **facts):
+        return "skipped: another worker claimed it"
+    return None
+
+
+def _claim_local(run: Run) -> str | None:
+    """:func:`_claim` for a local run, only while a local slot is free for it: else it
+    stays queued, its status message saying it waits (beat starts it when a slot frees)."""
+    with local_slots.slots_lock():
+        waiting = local_slots.wait_reason(run)
+        if waiting is None:
+            return _claim(run)
+    if run.status_message != waiting:
+        Run.objects.filter(pk=run.pk, state=Run.State.QUEUED).update(status_message=waiting)
+    return f"waiting: {waiting}"
 
 
 def _start_job(run: Run, backend: Backend, spec: JobSpec) -> str | None:

@@ -6,7 +6,8 @@
   the exit-code file the job script leaves behind. A job killed at its time limit is
   resubmitted (a bounded number of times) and resumes from its last checkpoint.
 - :func:`resend_stale_queued` and :func:`resend_stale_submissions` send ``run_submit``
-  again for runs whose message or worker was lost.
+  again for runs whose message or worker was lost; :func:`start_waiting_local` sends it
+  for runs that waited for a local slot, as slots free up.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from scheduler import local_slots
 from scheduler.backends import JobStatus
 from scheduler.dispatch import RUN_SUBMIT, enqueue_submit, send
 from scheduler.jobs import JobSpec, JobSpecError
@@ -111,7 +113,18 @@ def resend_stale_queued(older_than: timedelta | None = None) -> int:
         seconds_setting("SCHEDULER_STALE_QUEUED_SECONDS") if older_than is None else older_than
     )
     cutoff = timezone.now() - threshold
-    return _resend(Run.objects.filter(state=Run.State.QUEUED, queued_at__lt=cutoff))
+    stale = Run.objects.filter(state=Run.State.QUEUED, queued_at__lt=cutoff)
+    # A run waiting for a local slot was picked up: start_waiting_local sends it.
+    return _resend(stale.exclude(status_message__startswith=local_slots.WAITING))
+
+
+def start_waiting_local() -> int:
+    """Send ``run_submit`` for the queued local runs that may start now, oldest first, as
+    many as there are free local slots (``MRL_LOCAL_MAX_JOBS``); how many."""
+    to_start = local_slots.runs_to_start()
+    for run_id in to_start:
+        send(RUN_SUBMIT, run_id)
+    return len(to_start)
 
 
 def resend_stale_submissions(older_than: timedelta | None = None) -> int:

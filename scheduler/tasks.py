@@ -69,14 +69,17 @@ def run_submit(self: Task, run_id: int) -> str:
 
 @shared_task(name="scheduler.tasks.runs_sync")
 def runs_sync() -> dict[str, int]:
-    """Beat: move every active run to its job's state; re-send lost submissions."""
+    """Beat: move every active run to its job's state; re-send lost submissions; start
+    the local runs that waited for a slot."""
     sync.resend_stale_queued()
     sync.resend_stale_submissions()
     try:
-        return sync.sync()
+        moved = sync.sync()
     except BackendError as exc:  # the next tick tries again
         logger.warning("status sync skipped: %s", exc)
-        return {}
+        moved = {}
+    sync.start_waiting_local()
+    return moved
 
 
 @shared_task(name=dispatch.SERIES_PACK)

@@ -14,7 +14,8 @@ The variables, grouped by integration:
   ``mrl-sqlite+sqlite:///var/broker.sqlite3``), ``MRL_BROKER_POLLING_SECONDS``,
   ``CELERY_RESULT_BACKEND`` (default: results are not stored).
 - Runs: ``MRL_RUN_ROOT`` (where run directories live), ``MRL_EXECUTOR`` (``local`` or
-  ``slurm``); recovery: ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
+  ``slurm``), ``MRL_LOCAL_MAX_JOBS`` (local jobs at once); recovery:
+  ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
   ``MRL_FORGOTTEN_GRACE_SECONDS``, ``MRL_TIME_LIMIT_RESUMES``; comparisons' read cache:
   ``MRL_SERIES_PACK_SECONDS``, ``MRL_PACK_RUNS_PER_SYNC``, ``MRL_ROLLUP_RUNS_PER_SYNC``.
 - Task data: ``MRL_TASK_DATA_DIRS`` (where file tasks' train/val files and evaluation
@@ -291,6 +292,11 @@ RUN_ROOT = Path(env.str("MRL_RUN_ROOT", default=str(VAR_DIR / "runs")))
 EXECUTOR = env.str("MRL_EXECUTOR", default="local")
 if EXECUTOR not in {"local", "slurm"}:
     raise environ.ImproperlyConfigured(f"MRL_EXECUTOR={EXECUTOR!r}; use 'local' or 'slurm'")
+# At most this many local-backend jobs run at once (scheduler/local_slots.py); the rest
+# wait queued, first come first served. Default: half the cores, at least 2.
+LOCAL_MAX_JOBS = env.int("MRL_LOCAL_MAX_JOBS", default=max(2, (os.cpu_count() or 2) // 2))
+if LOCAL_MAX_JOBS < 1:
+    raise environ.ImproperlyConfigured(f"MRL_LOCAL_MAX_JOBS={LOCAL_MAX_JOBS}; use 1 or more")
 
 # How jobs reach the trainer and the trainer reaches back: the Python (with the trainer
 # installed) and checkout the job runs from, and the base URL of this app's ingestion API

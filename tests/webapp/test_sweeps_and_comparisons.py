@@ -194,3 +194,23 @@ def test_the_compare_page_and_a_saved_comparison(
     assert shared.status_code == 200 and len(shared.context["selection"].runs) == 1
     client.force_login(charlie)
     assert client.get(saved.get_absolute_url()).status_code == 404
+
+
+def test_the_sweep_form_renders_the_run_count_without_javascript(
+    client: Client, alice: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    """The count above Launch is the server's before any script runs: the defaults, and
+    what a form sent back with an error would launch once fixed."""
+    client.force_login(alice)
+    url = reverse("experiments:sweep_create", args=[make_experiment(seeds=(0,)).pk])
+    shown = " ".join(client.get(url).content.decode().split())
+    assert 'Launches <strong data-part="runs">15 runs</strong>' in shown
+    posted = {
+        "name": "x y",
+        "regimes": ["standalone", "sgt"],
+        "seeds": "0, 1, 2, 3",
+        "param_path": "grpo.kl_coef",
+        "param_values": "0.0, 0.1",
+    }
+    shown = " ".join(client.post(url, posted).content.decode().split())
+    assert 'Launches <strong data-part="runs">16 runs</strong>' in shown

@@ -117,6 +117,27 @@ class SweepForm(forms.Form):
         for name, field in self.fields.items():
             field.widget.attrs.setdefault("data-testid", f"sweep-{name}")
 
+    def run_count(self) -> tuple[int, int, int, int]:
+        """(runs, regimes, seeds, values) the form as filled in would launch, read
+        leniently (an unparsable entry is not counted): the count shown above Launch."""
+        data = self.data if self.is_bound else {}
+
+        def entered(name: str) -> Any:
+            if not self.is_bound:
+                return self.get_initial_for_field(self.fields[name], name)
+            if name == "regimes":
+                return data.getlist(name) if hasattr(data, "getlist") else data.get(name, [])
+            return data.get(name, "")
+
+        def items(text: Any) -> list[str]:
+            parts = str(text or "").replace(";", ",").split(",")
+            return list(dict.fromkeys(part.strip() for part in parts if part.strip()))
+
+        regimes = len(entered("regimes") or [])
+        seeds = len(items(entered("seeds")))
+        values = len(items(entered("param_values"))) if entered("param_path") else 1
+        return regimes * seeds * values, regimes, seeds, values
+
     def clean_seeds(self) -> list[int]:
         seeds = _parse_list(self.cleaned_data["seeds"], int, "seed")
         if not seeds:

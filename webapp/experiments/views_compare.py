@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -142,7 +143,15 @@ def sweep_create(request: HttpRequest, pk: int) -> HttpResponse:
             notice = worker_status().notice("the runs will start when a worker is back")
             messages.success(request, f"{message} {notice}." if notice else message)
             return redirect(sweep)
-    return render(request, "experiments/sweep_form.html", {"form": form, "source": source})
+    runs, regimes, seeds, values = form.run_count()
+    backend = (source.resources or {}).get("backend") or settings.EXECUTOR
+    context = {
+        "form": form,
+        "source": source,
+        "count": {"runs": runs, "regimes": regimes, "seeds": seeds, "values": values},
+        "local_max_jobs": settings.LOCAL_MAX_JOBS if backend == "local" else None,
+    }
+    return render(request, "experiments/sweep_form.html", context)
 
 
 @login_required
