@@ -121,13 +121,23 @@ def experiment_delete(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 # --- runs ------------------------------------------------------------------------------
+RUN_LIST_OPTIONAL_COLUMNS = (("owner", "Owner"), ("job", "Job"), ("created", "Created"))
+"""The runs list's columns shown on request (its column chooser), so the ones read most
+fit a laptop's window."""
+
+
 @login_required
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     form = run_filter_form(request.GET or None)
     page = _page(request, runs_for_list(request.user, form.filters()))
     page.object_list = with_list_columns(page.object_list)  # type: ignore[attr-defined]
-    context = {"form": form, "page": page, "query": _query_without_page(request)}
+    context = {
+        "form": form,
+        "page": page,
+        "query": _query_without_page(request),
+        "optional_columns": RUN_LIST_OPTIONAL_COLUMNS,
+    }
     return render(request, "experiments/run_list.html", context)
 
 
