@@ -25,9 +25,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from celery.bootsteps import RUN
+
+from scheduler import liveness
 
 logger = logging.getLogger(__name__)
 
@@ -124,14 +127,41 @@ def read_state(worker: Any) -> WorkerState:
     )
 
 
-def start(worker: Any, config: WatchdogConfig, interval: float = 1.0) -> threading.Thread:
-    """Watch ``worker`` from a daemon thread; on a verdict, log it and end the process."""
+def start(
+    worker: Any,
+    config: WatchdogConfig,
+    interval: float = 1.0,
+    liveness_path: Path | None = None,
+) -> threading.Thread:
+    """Watch ``worker`` from a daemon thread; on a verdict, log it and end the process.
+
+    The thread also beats in the worker's liveness file (``liveness_path``, by default
+    the file named by ``$MRL_WORKER_LIVENESS_FILE``, if any) every
+    :data:`scheduler.liveness.BEAT_SECONDS`, so that whoever supervises the worker can
+    tell a live process from a stopped or frozen one (scheduler/liveness.py).
+    """
+    if liveness_path is None and os.environ.get(liveness.ENV_VAR):
+        liveness_path = Path(os.environ[liveness.ENV_VAR])
+
+    def beat() -> None:
+        if liveness_path is None:
+            return
+        try:
+            liveness.beat(liveness_path)
+        except OSError as exc:  # the next beat tries again; a supervisor may act first
+            logger.warning("watchdog: cannot write the liveness file %s: %s", liveness_path, exc)
 
     def watch() -> None:
         watchdog = Watchdog(config, now=time.monotonic())
+        beat()
+        last_beat = time.monotonic()
         while True:
             time.sleep(interval)
-            verdict = watchdog.observe(read_state(worker), now=time.monotonic())
+            now = time.monotonic()
+            if now - last_beat >= liveness.BEAT_SECONDS:
+                beat()
+                last_beat = now
+            verdict = watchdog.observe(read_state(worker), now=now)
             if verdict is not None:
                 logger.critical(
                     "watchdog: %s; exiting with code %d so that a fresh worker replaces it",

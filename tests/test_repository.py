@@ -59,3 +59,22 @@ def test_the_compose_worker_is_restarted_and_health_checked_by_its_heartbeat() -
     worker = services["worker"]
     assert worker["restart"] == "unless-stopped"
     assert worker["healthcheck"]["test"][:4] == ["CMD", "python", "manage.py", "worker_alive"]
+
+
+def test_the_compose_worker_that_lives_but_is_silent_is_killed_and_restarted() -> None:
+    """Issue 31: docker never restarts an "unhealthy" container, so the healthcheck kills
+    a worker whose own liveness file is stale (SIGSTOPped, frozen) and the restart policy
+    brings it back; the worker is not PID 1 (`init: true`), which its container could
+    not kill, and it is told where to beat."""
+    services = yaml.safe_load((REPO / "docker/compose.yml").read_text())["services"]
+    worker = services["worker"]
+    test = worker["healthcheck"]["test"]
+    assert "--kill-stalled" in test
+    assert float(test[test.index("--stall-seconds") + 1]) <= 90  # before the offline notice
+    assert worker["init"] is True
+    assert worker["restart"] == "unless-stopped"
+    env = worker["environment"]
+    assert env["MRL_WORKER_LIVENESS_FILE"].startswith("/")
+    # The worker keeps the app's environment (the merge, not a replacement).
+    assert env["DATABASE_URL"] == services["web"]["environment"]["DATABASE_URL"]
+    assert env["MRL_EXECUTOR"] == "slurm"

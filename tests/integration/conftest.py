@@ -43,6 +43,7 @@ def start_celery_worker(
     *,
     beat: bool = False,
     supervised: bool = False,
+    supervisor_args: tuple[str, ...] = (),
 ) -> CeleryWorker:
     """A real `celery worker` process, on its own queue, against the test database.
 
@@ -50,7 +51,8 @@ def start_celery_worker(
     beat's tasks go to the worker's queue (its default queue), so a test can shorten
     their intervals through ``extra_env``. With ``supervised``, the process is the
     project's supervisor (scheduler/supervisor.py) running the worker and starting it
-    again whenever it exits; its lines go to the same log.
+    again whenever it exits; its lines go to the same log, its arguments
+    ``supervisor_args``.
     """
     broker = settings.CELERY_BROKER_URL
     if not broker.startswith("redis://"):
@@ -74,7 +76,7 @@ def start_celery_worker(
     supervisor_log_path = None
     if supervised:
         supervisor = [sys.executable, "-m", "scheduler.supervisor", "--var-dir", str(celery_dir)]
-        argv = [*supervisor, "--program", "worker", "--", *argv]
+        argv = [*supervisor, *supervisor_args, "--program", "worker", "--", *argv]
         supervisor_log_path, log_path = celery_dir / "supervisor.log", celery_dir / "log/worker.log"
     with (supervisor_log_path or log_path).open("wb") as log_file:
         process = subprocess.Popen(

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -13,7 +18,12 @@ from django.test import Client
 from django.urls import reverse
 
 from scheduler.tasks import worker_heartbeat
-from tests.integration.conftest import CeleryWorker, SchedulerWorld
+from tests.integration.conftest import (
+    CeleryWorker,
+    SchedulerWorld,
+    start_celery_worker,
+    stop_celery_worker,
+)
 from webapp.core.models import ServiceHeartbeat
 from webapp.experiments.models import EvalSuite, Lab, TaskFileCheck
 
@@ -64,3 +74,68 @@ def test_a_large_task_file_is_read_by_the_worker(
     detail = client.get(EvalSuite.objects.get().get_absolute_url()).content.decode()
     assert "20000 items" in detail and "1 file readable" in detail
     assert "scheduler.tasks.task_file_check" in scheduler_world.worker.log()
+
+
+def _within(condition: Callable[[], Any], what: str, timeout: float, log: Callable[[], str]) -> Any:
+    """``condition()``'s first truthy value; fails after ``timeout`` with the log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s\n{log()[-4000:]}")
+
+
+def test_a_sigstopped_worker_on_redis_is_replaced_by_one_that_consumes(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Issue 31, on Redis: the supervised worker is SIGSTOPped; its supervisor sees its
+    liveness file go stale, SIGKILLs it and starts a new process, which takes a task sent
+    through Redis (the new pid's heartbeat moves past its start-up one)."""
+    stall = 10
+    worker = start_celery_worker(
+        tmp_path_factory, supervised=True, supervisor_args=("--worker-stall-seconds", str(stall))
+    )
+    state_path = worker.log_path.parent.parent / "run" / "supervisor.json"
+
+    def worker_pid() -> int | None:
+        try:
+            return json.loads(state_path.read_text())["programs"]["worker"]["pid"]
+        except (OSError, ValueError):
+            return None
+
+    def seen_at(pid: int) -> datetime | None:
+        return ServiceHeartbeat.objects.filter(pid=pid).values_list("seen_at", flat=True).first()
+
+    def consumes(pid: int, what: str) -> None:
+        """``pid`` runs a task sent through Redis (after its start-up heartbeat, which
+        the worker records itself)."""
+        started = _within(lambda: seen_at(pid), f"{what}: its start-up heartbeat", 90, worker.log)
+        worker_heartbeat.apply_async(queue=worker.queue)
+        _within(lambda: (seen_at(pid) or started) > started, what, 60, worker.log)
+
+    first = 0
+    try:
+        first = _within(worker_pid, "the supervised worker", 60, worker.log)
+        consumes(first, "the first worker to consume")
+        os.kill(first, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        second = _within(
+            lambda: (pid := worker_pid()) not in (None, first) and pid,
+            "a new worker in place of the stopped one",
+            stall + 45,
+            worker.log,
+        )
+        assert time.monotonic() - stopped_at >= stall - 1
+        with pytest.raises(ProcessLookupError):
+            os.kill(first, 0)  # SIGKILLed and reaped
+        consumes(second, "the new worker to consume")
+        log = worker.log()
+        assert f"worker (pid {first}) has not beaten for " in log
+        assert f"worker (pid {first}) was killed by SIGKILL" in log
+        assert worker.process.poll() is None  # the supervisor itself goes on
+    finally:
+        if first:
+            with suppress(ProcessLookupError):
+                os.kill(first, signal.SIGCONT)
+        stop_celery_worker(worker)

@@ -1,4 +1,5 @@
-"""`make demo`'s supervisor brings a SIGKILLed worker back, and a queued run starts.
+"""`make demo`'s supervisor brings a SIGKILLed or SIGSTOPped worker back, and a queued
+run starts.
 
 The demo's own configuration, as a newcomer runs it: SQLite and the embedded broker in a
 fresh var directory, the local backend, gunicorn, the worker and beat under
@@ -76,8 +77,9 @@ class Demo:
         assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
         return done.stdout.decode()
 
-    def start(self) -> None:
+    def start(self, *supervisor_args: str) -> None:
         argv = [sys.executable, "-m", "scheduler.supervisor", "--port", str(self.port)]
+        argv += supervisor_args
         with (self.var_dir / "supervisor.out").open("wb") as out:
             self.supervisor = subprocess.Popen(
                 [*argv, "--var-dir", str(self.var_dir)], cwd=REPO, env=self.env, stderr=out
@@ -117,12 +119,14 @@ class Demo:
 
 
 @pytest.fixture
-def demo(tmp_path: Path, zoo_dir: Path) -> Iterator[Demo]:
+def demo(request: pytest.FixtureRequest, tmp_path: Path, zoo_dir: Path) -> Iterator[Demo]:
+    """The demo, running; ``@pytest.mark.parametrize("demo", [[ARGS]], indirect=True)``
+    passes ARGS to the supervisor."""
     demo = Demo(tmp_path / "var", zoo_dir)
     demo.var_dir.mkdir()
     demo.manage("migrate", "--noinput", "-v", "0")
     demo.manage("demo_setup")
-    demo.start()
+    demo.start(*getattr(request, "param", []))
     try:
         yield demo
     finally:
@@ -172,6 +176,66 @@ def test_a_sigkilled_worker_is_replaced_and_a_queued_run_starts(demo: Demo) -> N
         assert f"worker (pid {first_pid}) was killed by SIGKILL" in supervisor_log
         assert "restart 1" in supervisor_log
     finally:
+        if job_id:  # the job runs in a session of its own: end it with the test
+            with suppress(ProcessLookupError, ValueError):
+                os.killpg(int(job_id), signal.SIGKILL)
+
+
+STALL_SECONDS = 15
+"""The test's ``--worker-stall-seconds``: three of the worker's beats (default 60)."""
+
+
+@pytest.mark.parametrize("demo", [["--worker-stall-seconds", str(STALL_SECONDS)]], indirect=True)
+def test_a_sigstopped_worker_is_replaced_and_a_run_launched_meanwhile_starts(
+    demo: Demo,
+) -> None:
+    """Issue 31: a worker stopped with SIGSTOP lives but does nothing, and the supervisor
+    restarted only programs that exit: runs stayed queued until a human acted. Now its
+    liveness file goes stale, the supervisor SIGKILLs it and starts a new one, which
+    takes the run launched during the stall."""
+    wait_for(lambda: demo.pid("worker"), "the supervisor to start the worker", 30)
+    first_pid = demo.pid("worker")
+    assert first_pid
+    wait_for(lambda: first_pid in demo.heartbeat_pids(), "the first worker to report in", 60)
+    alive = demo.var_dir / "run" / "worker.alive"
+    wait_for(lambda: alive.exists(), f"the worker's liveness file\n{demo.log()}", 30)
+
+    os.kill(first_pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    job_id = ""
+    try:
+        run_id = int(demo.manage("shell", "-c", LAUNCH).strip().splitlines()[-1])
+        assert demo.state_history(run_id)[0] == "queued"
+        wait_for(
+            lambda: (demo.pid("worker") or first_pid) != first_pid,
+            f"a new worker in place of the stopped one\n{demo.log()}",
+            timeout=STALL_SECONDS + 45,
+        )
+        replaced_after = time.monotonic() - stopped_at
+        assert replaced_after >= STALL_SECONDS - 1  # not before the stall was long enough
+        with pytest.raises(ProcessLookupError):
+            os.kill(first_pid, 0)  # killed and reaped, not left stopped beside the new one
+        second_pid = demo.pid("worker")
+        wait_for(
+            lambda: second_pid in demo.heartbeat_pids(),
+            f"the new worker to report in\n{demo.log()}",
+            timeout=60,
+        )
+        wait_for(
+            lambda: demo.run_state(run_id)[0] != "queued",
+            f"the run launched during the stall to start\n{demo.log()}",
+            timeout=60,
+        )
+        state, job_id = demo.run_state(run_id)
+        assert state in {"submitted", "pending", "running", "completing", "completed"}, state
+        assert job_id
+        supervisor_log = (demo.var_dir / "supervisor.out").read_text()
+        assert f"worker (pid {first_pid}) has not beaten for " in supervisor_log
+        assert "although its process lives" in supervisor_log
+        assert f"worker (pid {first_pid}) was killed by SIGKILL" in supervisor_log
+    finally:
+        with suppress(ProcessLookupError):
+            os.kill(first_pid, signal.SIGCONT)  # a failed test leaves nothing stopped
         if job_id:  # the job runs in a session of its own: end it with the test
             with suppress(ProcessLookupError, ValueError):
                 os.killpg(int(job_id), signal.SIGKILL)

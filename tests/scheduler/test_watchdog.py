@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler import liveness
 from scheduler.watchdog import EXIT_STALLED, Watchdog, WatchdogConfig, WorkerState
 
 CONFIG = WatchdogConfig(stall_seconds=60, stop_grace_seconds=15)
@@ -83,3 +84,39 @@ def test_a_real_worker_whose_broker_never_answers_exits_non_zero(tmp_path: Path)
     assert done.returncode == EXIT_STALLED, log[-3000:]
     assert "watchdog: the worker has had no broker connection for 3 s" in log
     assert time.monotonic() - start < 60
+
+
+def test_a_real_worker_beats_in_its_liveness_file_by_itself(tmp_path: Path) -> None:
+    """The worker's own thread beats (every liveness.BEAT_SECONDS) with no broker, beat or
+    database behind it: a supervisor reading this file never mistakes a beat, broker or
+    database outage for a stalled worker (scheduler/liveness.py)."""
+    alive = tmp_path / "worker.alive"
+    env = {
+        **os.environ,
+        "CELERY_BROKER_URL": "redis://127.0.0.1:9/0",  # discard: nothing listens
+        "MRL_WORKER_STALL_SECONDS": "120",
+        liveness.ENV_VAR: str(alive),
+    }
+    argv = [sys.executable, "-m", "celery", "-A", "scheduler", "worker", "--pool=solo"]
+    argv += ["-Q", "mrl-watchdog-test", "--without-mingle", "--without-gossip"]
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        beats: list[float] = []
+        deadline = time.monotonic() + 90
+        while len(beats) < 2:
+            assert worker.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, (
+                f"two beats of the worker not within 90 s: {beats}\n"
+                + log.read_text(errors="replace")[-3000:]
+            )
+            last = liveness.read(alive)
+            if last is not None and (not beats or last.at != beats[-1]):
+                assert last.pid == worker.pid
+                beats.append(last.at)
+            time.sleep(0.2)
+        assert beats[1] - beats[0] < 3 * liveness.BEAT_SECONDS
+    finally:
+        worker.kill()
+        worker.wait()
