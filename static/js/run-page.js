@@ -22,11 +22,15 @@
     badge.className = "state state-" + status.state;
     for (const node of document.querySelectorAll("#run-facts [data-field]")) {
       let value = status[node.dataset.field];
+      if (node.dataset.field === "failure_reason") {
+        showReason(node, value || "");
+        continue;
+      }
       if (value && node.dataset.field.endsWith("_at")) value = when(value);
       const empty = value === null || value === undefined || value === "";
       node.textContent = empty ? "–" : String(value);
-      if (node.dataset.field === "failure_reason") node.classList.toggle("bad", !empty); // a dash is not an alarm
     }
+    showChartsEmpty(status.state);
     const jobLabel = document.querySelector("#run-facts [data-testid=job-label]");
     if (jobLabel) {
       // The backend is known once the run is submitted: "Slurm job", "Local process (pid)".
@@ -36,6 +40,47 @@
     showProgress(status);
     showTimeline(status.timeline || []);
     showActions(status);
+  }
+
+  // A failure reason: its first line in bold (what went wrong), the rest (the job's last
+  // words, a log tail) folded in a <details>, as _run_summary.html renders it. Rebuilt
+  // only when the reason changes, so an opened <details> stays open across polls.
+  function splitReason(reason) {
+    const lines = reason.trim().split(/\r?\n/);
+    const rest = lines.slice(1).join("\n").replace(/^\n+|\n+$/g, "");
+    return { head: lines[0].trim(), rest };
+  }
+
+  // The nodes of a reason (or a timeline note, which holds one): the first line (in
+  // `tag`), then the rest folded.
+  function reasonParts(reason, tag, attrs) {
+    const { head, rest } = splitReason(reason);
+    const parts = [el(tag, attrs, head)];
+    if (rest) {
+      const count = rest.split("\n").length;
+      const details = el("details", { class: "failure-details" });
+      details.append(el("summary", {}, `Details: ${count} more line${count === 1 ? "" : "s"}`));
+      details.append(el("pre", { class: "config log" }, rest));
+      parts.push(details);
+    }
+    return parts;
+  }
+
+  let shownReason = null;
+  function showReason(node, reason) {
+    if (reason === shownReason) return;
+    shownReason = reason;
+    if (!reason.trim()) node.replaceChildren("–"); // a dash is not an alarm
+    else node.replaceChildren(...reasonParts(reason, "strong", { class: "bad" }));
+  }
+
+  // Before any chart: what the curves card says depends on the state (a failed run sends
+  // no more points, so it must not promise them).
+  function showChartsEmpty(runState) {
+    const box = document.getElementById("charts-empty");
+    if (!box) return;
+    const text = box.dataset["text" + runState.charAt(0).toUpperCase() + runState.slice(1)] || box.dataset.textWaiting;
+    if (box.textContent !== text) box.textContent = text;
   }
 
   function when(iso) {
@@ -63,7 +108,9 @@
       const stateCell = el("td");
       stateCell.append(el("span", { class: "state state-" + change.state, "data-testid": "run-state" }, change.state));
       const tr = el("tr");
-      tr.append(el("td", {}, when(change.at)), stateCell, el("td", {}, change.note));
+      const noteCell = el("td");
+      if (change.note.trim()) noteCell.append(...reasonParts(change.note, "span", {}));
+      tr.append(el("td", {}, when(change.at)), stateCell, noteCell);
       return tr;
     });
     if (!rows.length) {
@@ -94,6 +141,24 @@
     }
     const issue = actionBox.querySelector("[data-testid=issue-token]");
     if (issue) issue.textContent = status.has_token ? issue.dataset.labelToken : issue.dataset.labelNoToken;
+  }
+
+  // A form with data-confirm (cancel) asks first; confirmed, it posts confirm=yes, which
+  // the view reads as the answer (without JavaScript, the view asks on a page of its own).
+  for (const form of actionForms) {
+    if (!form.dataset.confirm) continue;
+    form.addEventListener("submit", (event) => {
+      if (!window.confirm(form.dataset.confirm)) {
+        event.preventDefault();
+        return;
+      }
+      let answer = form.querySelector("input[name=confirm]");
+      if (!answer) {
+        answer = el("input", { type: "hidden", name: "confirm" });
+        form.append(answer);
+      }
+      answer.value = "yes";
+    });
   }
 
   // --- job output ------------------------------------------------------------------

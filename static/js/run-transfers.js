@@ -20,6 +20,21 @@
   const expanded = new Set(); // ids of the log rows shown open
   const details = new Map(); // id -> the event-detail reply (what crossed never changes)
   const COLUMNS = ["step", "source", "target", "kind", "prompt_id", "count", "weight"];
+  // A kind as the filter names it (its regime's declaration), not as it is stored.
+  const kindLabel = (kind) => (config.eventKinds && config.eventKinds[kind]) || kind;
+
+  // A number as people read it: 3 significant digits (0.8548971767621961 reads 0.855).
+  function readable(value) {
+    if (typeof value !== "number" || !Number.isFinite(value)) return String(value);
+    return String(Number(value.toPrecision(3)));
+  }
+
+  function cellText(field, value) {
+    if (value === null || value === undefined || value === "") return "–";
+    if (field === "kind") return kindLabel(value);
+    if (field === "weight") return readable(value);
+    return String(value);
+  }
 
   function transferParams() {
     const params = new URLSearchParams();
@@ -45,7 +60,7 @@
   function sampleBlock(sample, index, detail) {
     const box = el("div", { class: "transfer-sample" });
     const head = [`Response ${index + 1}`];
-    if (sample.reward !== undefined && sample.reward !== null) head.push(`reward ${sample.reward}`);
+    if (sample.reward !== undefined && sample.reward !== null) head.push(`reward ${readable(sample.reward)}`);
     box.append(el("h4", {}, head.join(" · ")));
     const text = el("pre", { class: "transfer-text", "data-testid": "transfer-text" });
     text.textContent = sample.text === "" ? "(empty response)" : sample.text;
@@ -62,9 +77,24 @@
     return box;
   }
 
+  // The prompt the transfer answered: its text (the server rebuilds it from the run's task;
+  // events store the id only), or, when it cannot, its id and why there is no text.
+  function promptBlock(detail) {
+    const box = el("div", { class: "transfer-prompt", "data-testid": "transfer-prompt" });
+    const id = detail.event.prompt_id;
+    box.append(el("h4", {}, id ? `Prompt ${id}` : "Prompt"));
+    if (typeof detail.prompt_text === "string") {
+      box.append(el("pre", { class: "transfer-text", "data-testid": "transfer-prompt-text" }, detail.prompt_text || "(empty prompt)"));
+    } else {
+      box.append(el("p", { class: "muted" }, "Its text cannot be found in the run's task (only the id was recorded)."));
+    }
+    return box;
+  }
+
   function detailContent(detail) {
     const box = el("div", { class: "transfer-detail-body", "data-testid": "transfer-detail" });
     const { event, samples } = detail;
+    if (event.prompt_id || typeof detail.prompt_text === "string") box.append(promptBlock(detail));
     if (samples === null) {
       box.append(el("p", { class: "empty" }, detail.no_text
         || "No text recorded for this event (its trainer did not ship what crossed)."));
@@ -75,7 +105,7 @@
       return box;
     }
     box.append(el("p", { class: "muted" },
-      `What ${event.source} sent to ${event.target} for prompt ${event.prompt_id} at step ${event.step}` +
+      `What ${event.source} sent to ${event.target} for this prompt at step ${event.step}` +
       (event.count > samples.length ? ` (${samples.length} of the ${event.count} that crossed; at most ${detail.limits.samples} are recorded):` : ":")));
     samples.forEach((sample, i) => box.append(sampleBlock(sample, i, detail)));
     return box;
@@ -130,7 +160,8 @@
     for (const field of COLUMNS) {
       const value = event[field];
       const attrs = field === "source" || field === "target" ? { class: "policy-name" } : {};
-      row.append(el("td", attrs, value === null || value === undefined || value === "" ? "–" : String(value)));
+      if (field === "weight" && typeof value === "number") attrs.title = String(value); // the exact value
+      row.append(el("td", attrs, cellText(field, value)));
     }
     return row;
   }
@@ -213,20 +244,20 @@
     const traces = kinds.map((kind) => {
       const rows = summary.over_time.filter((row) => row.kind === kind);
       return {
-        type: "bar", name: legend(kind), meta: plotMeta(kind), width: 0.9 * size,
+        type: "bar", name: legend(kindLabel(kind)), meta: plotMeta(kindLabel(kind)), width: 0.9 * size,
         x: rows.map((r) => r.step + (size - 1) / 2), y: rows.map((r) => r.count),
         hovertemplate: "%{meta[0]}: %{y} (step %{customdata})<extra></extra>",
         customdata: rows.map((r) => (size > 1 ? `${r.step}–${r.step + size - 1}` : String(r.step))),
       };
     });
-    // Drawn on the chart's own light background (app.css .chart), in Plotly's colours.
-    window.Plotly.react("transfer-over-time", traces, {
+    // Drawn in the page's theme (plot-text.js's MRLPlotTheme).
+    window.Plotly.react("transfer-over-time", traces, window.MRLPlotTheme.themed({
       barmode: "stack", height: 240, margin: { l: 50, r: 10, t: 10, b: 40 },
       xaxis: { title: { text: size > 1 ? `step (buckets of ${size})` : "step" } },
       yaxis: { title: { text: "transfers" }, rangemode: "tozero" },
       legend: { orientation: "h", y: 1.12 },
       datarevision: Date.now(),
-    }, { displaylogo: false, responsive: true });
+    }), { displaylogo: false, responsive: true });
   }
 
   let chartDrawn = false;
@@ -285,6 +316,9 @@
   function refreshTransfers() {
     return Promise.all([refreshTransferLog(), refreshTransferSummary()]);
   }
+
+  // Redrawn in the other scheme's colours when the page's colour scheme changes.
+  window.MRLPlotTheme.onChange(() => (chartDrawn ? refreshTransferSummary().catch(() => {}) : null));
 
   window.MRLRun.transfers = { refresh: refreshTransfers };
 })();

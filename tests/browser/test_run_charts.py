@@ -251,7 +251,7 @@ def test_the_chart_and_run_csv_links_download_every_point(run_page: tuple[Page, 
         ["0", "llama", repr(_reward(0, 0))],
         ["0", "qwen", repr(_reward(1, 0))],
         ["0", "gpt2", repr(_reward(2, 0))],
-        ["0", "_pool", repr(_pool_reward(0))],
+        ["0", "pool mean", repr(_pool_reward(0))],  # as the chart names it
     ]
 
     name, rows = _downloaded(page, "run-csv")

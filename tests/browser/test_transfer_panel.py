@@ -185,7 +185,7 @@ def test_a_row_opens_to_show_what_crossed(page: Page, prp_run: Run) -> None:
 
     old = page.locator("#transfer-rows tr[data-event-id]").nth(3)
     old.get_by_role("button").click()
-    expect(page.get_by_test_id("transfer-detail")).to_have_text(
+    expect(page.get_by_test_id("transfer-detail").locator("p.empty")).to_have_text(
         "No text recorded for this event (its trainer did not ship what crossed)."
     )
 

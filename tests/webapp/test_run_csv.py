@@ -61,7 +61,7 @@ def test_one_metric_has_every_point_by_step_then_policy_in_pool_order(
         ["0", "b", "0.0"],
         ["1", "a", "0.002"],
         ["1", "b", "0.1"],
-        ["1", "_pool", "0.3125"],
+        ["1", "pool mean", "0.3125"],  # as the page names it, not "_pool"
         ["2", "a", "0.003"],
         ["2", "b", "0.2"],
     ]
@@ -93,9 +93,9 @@ def test_the_whole_run_by_key_policy_step(client: Client, bob: User, filled: Run
         [LOSS, "a", "4", "0.25"],
     ]
     assert [row[:2] for row in got[5:]] == [[REWARD, "a"]] * 3 + [[REWARD, "b"]] * 3 + [
-        [REWARD, "_pool"]
+        [REWARD, "pool mean"]
     ]
-    assert got[-1] == [REWARD, "_pool", "1", "0.3125"]
+    assert got[-1] == [REWARD, "pool mean", "1", "0.3125"]
     assert response["Content-Disposition"] == f'attachment; filename="run-{filled.pk}-e-s0.csv"'
 
 

@@ -320,7 +320,8 @@ def test_the_owner_may_change(alice: User, objects: dict[str, Any]) -> None:
         ("experiments:experiment_clone", [experiment.pk]),
         ("experiments:model_delete", [entry.pk]),
     ]:
-        assert client.post(reverse(name, args=args)).status_code == 302, name
+        data = {"confirm": "yes"} if name == "experiments:run_cancel" else {}  # confirmed
+        assert client.post(reverse(name, args=args), data).status_code == 302, name
     assert not ModelEntry.objects.exists()
     assert Run.objects.get(pk=run.pk).state == Run.State.QUEUED  # cancelled, resubmitted
     assert Experiment.objects.filter(cloned_from=experiment).exists()

@@ -182,11 +182,16 @@ def _reply_schemas(kinds: tuple[str, ...]) -> dict[str, Any]:
         "EventDetail": {
             "type": "object",
             "additionalProperties": False,
-            "required": ["run", "regime", "event", "samples", "no_text", "limits"],
+            "required": ["run", "regime", "event", "prompt_text", "samples", "no_text", "limits"],
             "properties": {
                 "run": {"type": "integer"},
                 "regime": {"type": "string"},
                 "event": _ref("EventRow"),
+                "prompt_text": {
+                    "description": "The text of the event's prompt, rebuilt from the run's "
+                    "task and seed (events store its id only); null when it cannot be",
+                    "type": ["string", "null"],
+                },
                 "no_text": {
                     "description": "What to say instead of samples for a kind that never "
                     "carries text (its regime's declaration); null otherwise",

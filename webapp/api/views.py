@@ -49,6 +49,7 @@ from webapp.core.selectors import worker_status
 from webapp.experiments import services
 from webapp.experiments.models import Run, TransferEvent
 from webapp.experiments.permissions import get_viewable
+from webapp.experiments.prompts import prompt_text
 from webapp.experiments.selectors import progress_of_run
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -240,6 +241,7 @@ MAX_ID = 2**63 - 1  # larger ids are no event's (PostgreSQL would refuse the num
 @login_required_json
 def event_detail(request: HttpRequest, run_id: int, event_id: int) -> HttpResponse:
     """One event with what crossed: ``{"run", "regime", "event": {...as in the list},
+    "prompt_text" (the prompt's text, or null: :func:`prompt_text`),
     "samples": [{"text", "tokens"?, "reward"?, "truncated"}] or null (not recorded),
     "limits": {"samples", "text", "tokens"}}``; 404 when the run has no such event."""
     run = _viewable_run(request, run_id)
@@ -251,6 +253,7 @@ def event_detail(request: HttpRequest, run_id: int, event_id: int) -> HttpRespon
             "run": run.pk,
             "regime": run.regime,
             "event": _event_json(event),
+            "prompt_text": prompt_text(run.config, event.prompt_id),
             "samples": event.samples,
             "no_text": _no_text_note(event.kind),
             "limits": {

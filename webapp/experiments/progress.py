@@ -7,10 +7,18 @@ average since the run started, so a list needs no query per row).
 
 Steps: the trainer evaluates at step 0, then trains steps 1..``steps`` (the config's
 ``steps``); ``last_step`` of ``steps`` is done.
+
+Start-up is not a step: a job's first step carries the model loading, the step-0
+evaluation and the first step's compilation and warm-up (a minute or more on a GPU, where
+the next steps take seconds). So the run page's rate counts from the timestamp of the
+job's first trained step (:data:`FIRST_TRAINED_STEP`, or the first step after a resume:
+spotted by its long gap, :func:`job_steps`) to the newest step, and there is no ETA until
+two steps have timestamps there.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +30,11 @@ from trainer.config import stored_total_steps
 NO_VALUE = "\u2013"  # an en dash, as the pages show a missing value
 # The run page's ETA follows the rate of this many recent steps.
 RECENT_STEPS = 10
+# Step 0 is the evaluation of the untrained models, right after they are loaded.
+FIRST_TRAINED_STEP = 1
+# A step that took this many times the quickest recent step's time is a restart (resumed
+# job: the queue, loading), not the run's pace.
+RESTART_FACTOR = 10.0
 # Waiting for a job (a pending run that ran before, e.g. requeued, counts as started).
 _WAITING = frozenset({"draft", "queued", "submitted"})
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -106,8 +119,9 @@ def total_steps_of(config: object) -> int | None:
 
 
 def step_rate(recent: Sequence[tuple[int, float]]) -> float | None:
-    """Steps per second over ``recent`` (step, wall time) samples; None with fewer than two
-    distinct steps or no time between them."""
+    """Steps per second over ``recent`` (step, wall time) samples, from the first to the
+    last (so the first one's own time does not count); None with fewer than two distinct
+    steps or no time between them."""
     samples = sorted((step, at) for step, at in recent if math.isfinite(at))
     if len(samples) < 2:
         return None
@@ -115,6 +129,29 @@ def step_rate(recent: Sequence[tuple[int, float]]) -> float | None:
     if last_step <= first_step or last_at <= first_at:
         return None
     return (last_step - first_step) / (last_at - first_at)
+
+
+def job_steps(recent: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The samples of ``recent`` that time this job's steps, by step: trained steps (not
+    the step-0 evaluation), finite times, and from the job's first step on: after a
+    resume, the step that took over :data:`RESTART_FACTOR` times the quickest step's time
+    (the queue and the new job's start-up) starts the samples."""
+    samples = sorted(
+        (step, at) for step, at in recent if step >= FIRST_TRAINED_STEP and math.isfinite(at)
+    )
+    per_step = [
+        (b_at - a_at) / (b_step - a_step)
+        for (a_step, a_at), (b_step, b_at) in itertools.pairwise(samples)
+        if b_step > a_step
+    ]
+    quickest = min((time for time in per_step if time > 0), default=None)
+    if quickest is None:
+        return samples
+    for i in range(len(samples) - 1, 0, -1):
+        (a_step, a_at), (b_step, b_at) = samples[i - 1], samples[i]
+        if b_step > a_step and (b_at - a_at) / (b_step - a_step) > RESTART_FACTOR * quickest:
+            return samples[i:]
+    return samples
 
 
 def run_progress(
@@ -125,15 +162,18 @@ def run_progress(
     started_at: datetime | None,
     finished_at: datetime | None,
     now: datetime,
-    recent: Sequence[tuple[int, float]] = (),
+    recent: Sequence[tuple[int, float]] | None = None,
 ) -> Progress:
     """The progress of a run in ``state`` at ``now``.
 
-    ``recent``: (step, wall time in epoch seconds) of the run's last steps. Their rate
-    gives the ETA, counted from the newest of them (so it runs down between points); with
-    fewer than two, the rate is the average since ``started_at``. A run not started
-    (draft, queued, submitted, or pending before it ever ran) has no elapsed time; a
-    finished one has its duration as elapsed time and no ETA.
+    ``recent``: (step, wall time in epoch seconds) of the run's last steps (the run page).
+    Their rate gives the ETA, counted from the newest of them (so it runs down between
+    points). The rate leaves start-up out: it runs from the job's first trained step to
+    its newest (:func:`job_steps`), so there is no ETA before two of them have times.
+    ``recent`` None (a list page, which reads no times): the rate is the average since
+    ``started_at``. A run not started (draft, queued, submitted, or pending before it
+    ever ran) has no elapsed time; a finished one has its duration as elapsed time and no
+    ETA.
     """
     if started_at is None or state in _WAITING:
         return Progress(state, last_step, total_steps, None, None, None)
@@ -141,11 +181,14 @@ def run_progress(
     elapsed = max(0.0, (end - started_at).total_seconds())
     if state in _TERMINAL:
         return Progress(state, last_step, total_steps, elapsed, None, None)
-    rate = step_rate(recent)
+    rate = None
     since_last = 0.0
-    if rate is not None:
-        newest = max(at for _, at in recent if math.isfinite(at))
-        since_last = min(max(0.0, now.timestamp() - newest), elapsed)
+    if recent is not None:
+        timed = job_steps(recent)
+        rate = step_rate(timed)
+        if rate is not None:
+            newest = max(at for _, at in timed)
+            since_last = min(max(0.0, now.timestamp() - newest), elapsed)
     elif last_step and elapsed > 0:
         rate = last_step / elapsed
     eta = None

@@ -12,6 +12,8 @@ and streamed. Non-finite values are written as the API writes them ("NaN", "Infi
 come from the run's token: they are written by :class:`webapp.core.csv_safe.SafeWriter`,
 so one that a spreadsheet would run as a formula gets a leading "'". Who may download is
 who may see the run page: a login, then the run's lab (another lab's run is a 404).
+The pool's series (stored under ``_pool``) are written as the page names them: "pool mean"
+("pool max" for ``perf/step_s``, the slowest policy's), :func:`trainer.metrics.policy_label`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
-from trainer.metrics import POOL
+from trainer.metrics import POOL, policy_label
 from webapp.api.http import encode_value
 from webapp.api.selectors import series_of_run, series_points
 from webapp.core.csv_safe import SafeWriter
@@ -91,7 +93,7 @@ def _run_rows(series: Sequence[MetricSeries]) -> Iterator[tuple[str, str, int, s
         found = series_points([s.pk for s in chunk], max_points=ALL_POINTS)
         for s in chunk:
             for step, value in found[s.pk].points:
-                yield s.key, s.policy, step, _cell(value)
+                yield s.key, policy_label(s.policy, s.key), step, _cell(value)
 
 
 @login_required
@@ -123,5 +125,8 @@ def run_metric_csv(request: HttpRequest, pk: int) -> StreamingHttpResponse:
         ),
         key=lambda row: row[:2],
     )
-    lines = _csv_lines(("step", "policy", "value"), ((step, p, _cell(v)) for step, _, p, v in rows))
+    lines = _csv_lines(
+        ("step", "policy", "value"),
+        ((step, policy_label(p, key), _cell(v)) for step, _, p, v in rows),
+    )
     return _attachment(lines, f"run-{run.pk}-{safe_name(key)}.csv")

@@ -23,7 +23,7 @@ from scheduler.backends import log_tail
 from scheduler.dispatch import enqueue_cancel
 from scheduler.jobs import JobSpecError
 from scheduler.run_job import job_spec
-from trainer.metrics import POOL
+from trainer.metrics import POOL, POOL_REDUCTIONS, policy_label
 from trainer.regimes import REGIMES, regime_spec
 from trainer.wire import event_kinds
 from webapp.core.selectors import worker_status
@@ -151,6 +151,8 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "groups": groups_as_json(),
         "metrics": metrics_as_json(),
         "metricFamilies": families_as_json(),
+        "poolLabels": {key: policy_label(POOL, key) for key in POOL_REDUCTIONS},
+        "eventKinds": {kind.name: kind.label for kind in event_kinds()},
         "urls": {
             "status": reverse("api:status", args=[run.pk]),
             "keys": reverse("api:keys", args=[run.pk]),
@@ -200,11 +202,37 @@ def _transfer_panel(config: dict[str, Any]) -> dict[str, Any]:
     return {"transfers_note": note, "event_kinds": list(spec.event_kinds)}
 
 
+def resume_point(run: Run) -> str:
+    """Where a resubmission of ``run`` starts, in words: "it resumes from its checkpoint
+    of step 40", or "it has no checkpoint, so it starts over from step 1" (the trainer
+    resumes from the run directory's latest complete checkpoint, :func:`checkpoint_steps`,
+    and starts over without one)."""
+    steps = checkpoint_steps(run)
+    if steps:
+        return f"it resumes from its checkpoint of step {steps[-1]}"
+    return "it has no checkpoint, so it starts over from step 1"
+
+
+CONFIRM_CANCEL = "yes"
+"""The ``confirm`` a cancel POST carries once the user has confirmed (the run page's
+dialog, or the confirmation page a POST without it gets)."""
+
+
 @login_required
 @require_POST
 def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    """Stop the run: a queued run is cancelled at once, a submitted one by its job."""
+    """Stop the run: a queued run is cancelled at once, a submitted one by its job. A POST
+    without ``confirm=yes`` (the run page's button with JavaScript off) gets a page that
+    asks first."""
     run = get_editable(request.user, Run.objects.select_related("experiment"), pk)
+    if not run.is_terminal and request.POST.get("confirm") != CONFIRM_CANCEL:
+        context = {
+            "run": run,
+            "started": run.state not in (Run.State.DRAFT, Run.State.QUEUED),
+            "resume_point": resume_point(run),
+            "confirm": CONFIRM_CANCEL,
+        }
+        return render(request, "experiments/run_confirm_cancel.html", context)
     if run.is_terminal:
         messages.info(request, f"The run is already {run.state}.")
     elif run.state in (Run.State.DRAFT, Run.State.QUEUED) and not run.slurm_job_id:
@@ -219,13 +247,15 @@ def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def run_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
-    """Queue a finished run again; it resumes from its last checkpoint."""
+    """Queue a finished run again; it resumes from its last checkpoint, or starts over
+    when it has none (the message says which)."""
     run = get_editable(request.user, Run.objects.select_related("experiment"), pk)
     if not run.is_terminal:
         messages.error(request, f"Only a finished run can be resubmitted; this one is {run.state}.")
     else:
+        where = resume_point(run)  # before the new job can write a checkpoint
         launch.resubmit(run)
-        messages.success(request, "Resubmitted: it resumes from its last checkpoint.")
+        messages.success(request, f"Resubmitted: {where}.")
     return redirect(run)
 
 
