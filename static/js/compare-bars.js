@@ -6,7 +6,8 @@
 //
 // Every string from the server goes into the page through textContent, or into Plotly
 // through plot-text.js (escaped; legends ellipsized, the whole label in the hover through
-// the trace's meta); never innerHTML.
+// the trace's meta); never innerHTML. Groups are shown by their names (the grouping key
+// and the value, "sgt.lambda_sgt = 0.05"), charts in the page's theme (MRLPlotTheme).
 "use strict";
 
 (function () {
@@ -19,6 +20,7 @@
 
   // Plotly renders titles, ticks, legends and hovers as HTML-like text (plot-text.js).
   const { plain, short, legend, plotMeta } = window.MRLPlotText;
+  const { themed, colours } = window.MRLPlotTheme;
   const AXIS_TITLE_CHARS = 60; // the relative view's y title names the baseline group
 
   function el(tag, attrs = {}, text = "") {
@@ -28,7 +30,9 @@
     return node;
   }
 
-  function barTraces(panel) {
+  function barTraces(panel, names) {
+    const name = (group) => names.get(group) || group;
+    const errorColour = colours().muted;
     const x = panel.category_labels.map(plain);
     const traces = [];
     for (const trace of panel.traces) {
@@ -38,10 +42,10 @@
       const above = trace.upper.map(num).map((u, k) => (Number.isFinite(u - mean[k]) ? Math.max(u - mean[k], 0) : 0));
       const below = trace.lower.map(num).map((l, k) => (Number.isFinite(mean[k] - l) ? Math.max(mean[k] - l, 0) : 0));
       traces.push({
-        type: "bar", x, y, name: legend(trace.group), legendgroup: trace.group,
+        type: "bar", x, y, name: legend(name(trace.group)), legendgroup: trace.group,
         marker: { color: trace.colour, pattern: { shape: PATTERNS[trace.dash] || "" } },
-        error_y: { type: "data", symmetric: false, array: above, arrayminus: below, visible: true, color: "#444", thickness: 1.2, width: 3 },
-        meta: plotMeta(trace.group), hoverlabel: { namelength: -1 },
+        error_y: { type: "data", symmetric: false, array: above, arrayminus: below, visible: true, color: errorColour, thickness: 1.2, width: 3 },
+        meta: plotMeta(name(trace.group)), hoverlabel: { namelength: -1 },
         customdata: trace.n, hovertemplate: "%{x}: %{y:.4g} (n=%{customdata})<extra>%{meta[0]}</extra>",
       });
     }
@@ -76,6 +80,7 @@
 
   function render(box, data) {
     box.replaceChildren();
+    const names = new Map((data.groups || []).map((group) => [group.label, group.name || group.label]));
     for (const panel of data.panels) {
       const div = el("div", { class: "chart", "data-testid": "bar-panel", "data-policy": panel.policy });
       box.append(div);
@@ -83,10 +88,10 @@
       if (data.zero_line) {
         shapes.push({
           type: "line", xref: "paper", x0: 0, x1: 1, yref: "y", y0: 0, y1: 0,
-          line: { color: "#333", width: 1.2, dash: "dash" }, name: "zero", layer: "above",
+          line: { color: colours().fg, width: 1.2, dash: "dash" }, name: "zero", layer: "above",
         });
       }
-      const traces = barTraces(panel).concat(baseTrace(panel, data));
+      const traces = barTraces(panel, names).concat(baseTrace(panel, data));
       const layout = {
         title: { text: plain(panel.title), font: { size: 13 }, y: 0.98, yanchor: "top" }, height: 340,
         barmode: "group", bargap: 1 - barSpan(panel.traces.length), bargroupgap: 0.06,
@@ -101,7 +106,7 @@
       if (!panel.traces.length) {
         layout.annotations = [{ text: plain(panel.message || "no data"), xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false }];
       }
-      window.Plotly.react(div, traces, layout, { displaylogo: false, responsive: true });
+      window.Plotly.react(div, traces, themed(layout), { displaylogo: false, responsive: true });
     }
   }
 

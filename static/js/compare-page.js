@@ -8,11 +8,15 @@
 //
 // Every string from the server goes into the page through textContent (never innerHTML),
 // and into Plotly through plot-text.js (escaped; a legend entry ellipsized, the whole
-// label in the hover through the trace's meta, never inside a hovertemplate).
+// label in the hover through the trace's meta, never inside a hovertemplate). A group
+// is shown by its name ("sgt.lambda_sgt = 0.05": the grouping key and the value; the
+// regime or experiment alone), its label stays the data's key. Charts are drawn in the
+// page's theme (plot-text.js's MRLPlotTheme) and redrawn when the scheme changes.
 "use strict";
 
 (function () {
   const { plain, legend, plotMeta } = window.MRLPlotText;
+  const { themed } = window.MRLPlotTheme;
   const config = JSON.parse(document.getElementById("compare-page-config").textContent);
   const controls = document.getElementById("compare-controls");
   const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
@@ -65,8 +69,13 @@
     return body;
   }
 
+  // label -> what people read ("sgt.lambda_sgt = 0.05"), from the reply's groups.
+  const groupNames = (groups) => new Map((groups || []).map((group) => [group.label, group.name || group.label]));
+
   function renderPanels(data, logY) {
     const box = document.getElementById("compare-panels");
+    const names = groupNames(data.groups);
+    const name = (group) => names.get(group) || group;
     box.replaceChildren();
     if (!data.panels.length) {
       box.append(el("p", { class: "empty" }, "Nothing to plot for these runs and metrics yet."));
@@ -88,18 +97,18 @@
           showlegend: false, legendgroup: trace.group, type: "scatter", mode: "lines",
         });
         traces.push({
-          x, y: trace.mean.map(num), name: legend(trace.group), legendgroup: trace.group, type: "scatter",
+          x, y: trace.mean.map(num), name: legend(name(trace.group)), legendgroup: trace.group, type: "scatter",
           mode: "lines", line: { color: trace.colour, width: 2, dash: trace.dash || "solid" },
-          meta: plotMeta(trace.group), hoverlabel: { namelength: -1 },
+          meta: plotMeta(name(trace.group)), hoverlabel: { namelength: -1 },
           customdata: trace.n, hovertemplate: "%{y:.4g} (n=%{customdata})<extra>%{meta[0]}</extra>",
         });
       }
-      window.Plotly.react(div, traces, {
+      window.Plotly.react(div, traces, themed({
         title: { text: plain(panel.title || `${panel.policy} · ${panel.metric}`), font: { size: 13 } }, height: 300,
         margin: { l: 50, r: 10, t: 34, b: 58 }, legend: { orientation: "h", y: -0.3 },
         xaxis: { title: { text: plain(panel.x_label || data.x_label || "step"), standoff: 4 } },
         yaxis: { type: logY ? "log" : "linear", title: { text: plain(panel.y_label || "") } },
-      }, { displaylogo: false, responsive: true });
+      }), { displaylogo: false, responsive: true });
     }
   }
 
@@ -115,8 +124,9 @@
     const table = el("table", { class: "list summary" });
     const head = el("tr");
     head.append(el("th", {}, "policy"));
+    const names = summary.group_names || {};
     for (const group of summary.groups) {
-      for (const stat of ["final", "best", "mean"]) head.append(labelCell(group, stat));
+      for (const stat of ["final", "best", "mean"]) head.append(labelCell(names[group] || group, stat));
     }
     table.append(head);
     for (const row of summary.rows) {
@@ -190,7 +200,7 @@
 
   function setBaselineOptions(data) {
     const options = document.getElementById("baseline-options");
-    options.replaceChildren(...data.groups.map((group) => el("option", { value: group.label })));
+    options.replaceChildren(...data.groups.map((group) => el("option", { value: group.label }, group.name || "")));
     const baseline = controls.elements.namedItem("baseline");
     if (baseline && data.baseline) baseline.placeholder = data.baseline;
   }
@@ -235,10 +245,17 @@
       renderSummary(await getJSON(config.urls.summary, summaryParams));
       setExportLinks(data.spec, summaryMetric);
     } catch (error) {
-      notes.textContent = String(error.message || error);
+      const message = String(error.message || error);
+      notes.textContent = message;
       notes.classList.add("error");
       if (view === "significance") window.CompareSignificance.clear(sigParts);
       else if (view !== "curves") document.getElementById("bar-panels").replaceChildren();
+      else if (!document.querySelector("#compare-panels .js-plotly-plot")) {
+        // Nothing drawn yet: the reason where the curves would be, not "Loading…" forever.
+        document.getElementById("compare-panels").replaceChildren(
+          el("p", { class: "error", "data-testid": "compare-panels-error" }, `The curves could not be loaded: ${message}`),
+        );
+      }
     }
   }
 
@@ -250,5 +267,6 @@
     input.addEventListener("change", refresh);
   }
   document.getElementById("summary-metric-select").addEventListener("change", refresh);
+  window.MRLPlotTheme.onChange(refresh); // redrawn in the other theme's colours
   refresh();
 })();

@@ -43,9 +43,15 @@
     return `${interval.n} vs ${interval.n_other}`;
   }
 
+  // A group as people read it: "sgt.lambda_sgt = 0.05" (the regime alone).
+  function groupName(data, group) {
+    const found = (data.groups || []).find((item) => item.label === group);
+    return (found && found.name) || group;
+  }
+
   // A row's label on the plot: group · policy (· metric when several are compared).
   function rowLabel(row, data) {
-    const parts = [row.group, row.policy_label];
+    const parts = [groupName(data, row.group), row.policy_label];
     if (data.metrics.length > 1) parts.push(row.metric_label);
     return parts.join(" · ");
   }
@@ -78,7 +84,7 @@
       const low = ks.map((k) => num(rows[k].interval.low));
       traces.push({
         type: "scatter", mode: "markers", x: est, y: ks.map((k) => labels[k]),
-        name: legend(group), legendgroup: group, meta: plotMeta(group), hoverlabel: { namelength: -1 },
+        name: legend(groupName(data, group)), legendgroup: group, meta: plotMeta(groupName(data, group)), hoverlabel: { namelength: -1 },
         marker: { color: row.colour, size: 9, symbol: ks.map((k) => (rows[k].interval.method === "paired t" ? "circle" : "square")) },
         error_x: {
           type: "data", symmetric: false, visible: true, color: row.colour, thickness: 2, width: 5,
@@ -90,7 +96,7 @@
       });
     }
     const metric = data.metrics.length === 1 && rows.length ? rows[0].metric_label : "value";
-    window.Plotly.react(box, traces, {
+    window.Plotly.react(box, traces, window.MRLPlotTheme.themed({
       height: 110 + ROW_PX * rows.length,
       margin: { l: 10, r: 20, t: 30, b: 48 },
       showlegend: byGroup.size > 1,
@@ -99,9 +105,9 @@
       yaxis: { type: "category", categoryorder: "array", categoryarray: [...labels].reverse(), automargin: true },
       shapes: [{
         type: "line", xref: "x", x0: 0, x1: 0, yref: "paper", y0: 0, y1: 1,
-        line: { color: "#333", width: 1.2, dash: "dash" }, name: "zero", layer: "below",
+        line: { color: window.MRLPlotTheme.colours().fg, width: 1.2, dash: "dash" }, name: "zero", layer: "below",
       }],
-    }, { displaylogo: false, responsive: true });
+    }), { displaylogo: false, responsive: true });
   }
 
   function table(box, data) {
@@ -119,7 +125,7 @@
     for (const row of data.rows) {
       const tr = el("tr", { "data-testid": "sig-row", "data-group": row.group, "data-policy": row.policy });
       const interval = row.interval;
-      const cells = [row.policy_label, ...(several ? [row.metric_label] : []), row.group];
+      const cells = [row.policy_label, ...(several ? [row.metric_label] : []), groupName(data, row.group)];
       if (interval) {
         cells.push(interval.method, countText(interval), fixed(interval.estimate, interval.decimals),
           intervalText(interval), interval.p_text || "–");

@@ -4,6 +4,12 @@
 // %{...}: so every server string goes through plain(), and none is concatenated into a
 // hovertemplate (put it into the trace's meta, plotMeta(), and write %{meta[0]}).
 //
+// And the page theme for Plotly: MRLPlotTheme.themed(layout) gives a chart the theme's
+// backgrounds, text and grid colours (app.css's variables, light or dark by
+// prefers-color-scheme), so that no chart stays white in the dark theme; onChange(redraw)
+// redraws when the scheme changes. Every chart of the compare and run pages goes
+// through it.
+//
 // Loaded before the page scripts that draw charts (compare.html, run_detail.html).
 "use strict";
 
@@ -44,4 +50,50 @@
   const plotMeta = (value) => [hoverText(value)];
 
   window.MRLPlotText = Object.freeze({ plain, short, legend, hoverText, plotMeta, LEGEND_CHARS });
+})();
+
+(function () {
+  // The theme's colours, read from app.css's variables now (they change with the scheme).
+  function colours() {
+    const style = getComputedStyle(document.documentElement);
+    const read = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
+    return {
+      fg: read("--fg", "#1d2430"),
+      muted: read("--muted", "#5b6575"),
+      card: read("--card", "#fff"),
+      grid: read("--border", "#e3e6eb"),
+      line: read("--input-border", "#c9ced6"),
+    };
+  }
+
+  // `layout` drawn in the theme: the card's colour behind the chart and its plot area,
+  // the theme's text colour (titles, ticks, legend, annotations inherit it), grid and
+  // zero lines that read on that ground. What the layout sets itself is kept (a font
+  // size, an axis title), except these colours.
+  function themed(layout) {
+    const theme = colours();
+    const axis = (settings) => ({
+      ...(settings || {}), gridcolor: theme.grid, zerolinecolor: theme.line, linecolor: theme.line,
+    });
+    const out = {
+      ...layout,
+      paper_bgcolor: theme.card,
+      plot_bgcolor: theme.card,
+      font: { ...(layout.font || {}), color: theme.fg },
+    };
+    for (const name of Object.keys(out)) {
+      if (/^[xy]axis\d*$/.test(name)) out[name] = axis(out[name]);
+    }
+    if (!out.xaxis) out.xaxis = axis();
+    if (!out.yaxis) out.yaxis = axis();
+    return out;
+  }
+
+  // Call redraw() when the page's colour scheme changes (light <-> dark).
+  function onChange(redraw) {
+    const query = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+    if (query && query.addEventListener) query.addEventListener("change", () => redraw());
+  }
+
+  window.MRLPlotTheme = Object.freeze({ colours, themed, onChange });
 })();

@@ -41,7 +41,10 @@
   }
   const metric = (key) => (config.metrics && config.metrics[key]) || familyMetric(key) || {};
   const metricLabel = (key) => metric(key).label || key;
-  const policyLabel = (policy) => (policy === POOL ? "pool mean" : policy);
+  // The pool's series as people read them: "pool mean" ("pool max" where the server says
+  // the pool value is the slowest policy's: trainer.metrics.policy_label), as in the CSVs.
+  const poolLabels = config.poolLabels || {};
+  const policyLabel = (policy, key) => (policy === POOL ? poolLabels[key] || "pool mean" : policy);
 
   // charts: key -> {cell, div, traces: Map(policy -> {x, y, lastStep, downsampled, lo, hi}),
   // revision, drawn, visible, hiddenSinceDrawn}. `revision` counts the changes to the
@@ -173,11 +176,8 @@
     return [value - pad, value + pad];
   }
 
-  function colours() {
-    const style = getComputedStyle(document.documentElement);
-    const read = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
-    return { fg: read("--fg", "#1d2430"), muted: read("--muted", "#5b6575"), card: read("--card", "#fff") };
-  }
+  // The theme's colours (plot-text.js: the one helper every chart of the app uses).
+  const { colours, themed } = window.MRLPlotTheme;
 
   function tracesOf(chart) {
     const weight = view.smoothing;
@@ -185,6 +185,7 @@
     const lines = [];
     for (const [index, policy] of config.policies.entries()) {
       const trace = chart.traces.get(policy);
+      const label = policyLabel(policy, chart.div.dataset.key);
       if (!trace) continue;
       const colour = policyColour.get(policy) || "#444";
       // SVG scatter: one WebGL context per chart runs out past ~16 charts. The uid (Plotly
@@ -192,7 +193,7 @@
       // hidden across redraws and smoothing changes.
       // The legend shows the name ellipsized, the hover the whole of it (the trace's meta).
       const common = {
-        x: trace.x, name: legend(policyLabel(policy)), meta: plotMeta(policyLabel(policy)), legendgroup: policy,
+        x: trace.x, name: legend(label), meta: plotMeta(label), legendgroup: policy,
         mode: "lines", type: "scatter",
       };
       if (weight > 0) {
@@ -222,19 +223,18 @@
     // redraw. uirevision keeps what the user did (a zoom, hidden traces) across redraws;
     // an axis nobody zoomed autoranges over the new points, or takes a constant series'
     // range.
-    const layout = {
+    const layout = themed({
       title: { text: plain(metricLabel(key)), font: { size: 13 } }, margin: { l: 56, r: 12, t: 32, b: 56 }, height: 280,
-      font: { color: fg }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
       hovermode: "x unified", hoverlabel: { bgcolor: card, bordercolor: muted, font: { color: fg } },
-      xaxis: { title: { text: "step", standoff: 4 }, unifiedhovertitle: { text: "step %{x}" }, gridcolor: "rgba(127,127,127,0.2)" },
+      xaxis: { title: { text: "step", standoff: 4 }, unifiedhovertitle: { text: "step %{x}" } },
       yaxis: {
-        title: { text: plain(unit) }, automargin: true, gridcolor: "rgba(127,127,127,0.2)",
+        title: { text: plain(unit) }, automargin: true,
         // Plain numbers on the ticks ("0.0003", not "300μ"); a constant series' few digits.
         exponentformat: "e", ...(range ? { range, autorange: false, tickformat: ".4~g" } : { autorange: true, tickformat: "" }),
       },
       legend: { orientation: "h", y: -0.32 },
       uirevision: key, datarevision: dataRevision(chart),
-    };
+    });
     window.Plotly.react(chart.div, tracesOf(chart), layout, { displaylogo: false, responsive: true });
     chart.drawn = dataRevision(chart);
     chart.hiddenSinceDrawn = false;
@@ -383,6 +383,10 @@
   for (const slug of remembered("collapsed", [])) if (typeof slug === "string") view.collapsed.add(slug);
   setSmoothing(remembered("smoothing", 0));
   smoothingInput.addEventListener("input", () => setSmoothing(smoothingInput.value));
+  window.MRLPlotTheme.onChange(() => {
+    view.revision += 1; // every chart redraws in the other scheme's colours
+    catchUp();
+  });
   searchInput.addEventListener("input", () => {
     view.search = searchInput.value.trim();
     applySearch();

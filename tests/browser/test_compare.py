@@ -97,7 +97,7 @@ def test_compare_regroup_smooth_and_download(
     page.wait_for_function(
         """() => { const p = document.querySelector('[data-testid="compare-panel"]');
                    return p && p.data && p.data.filter(t => t.showlegend !== false)
-                          .map(t => t.name).join() === "0,1"; }"""
+                          .map(t => t.name).join() === "seed = 0,seed = 1"; }"""
     )
     raw = first_mean(page)
     page.fill("[data-testid=smooth]", "0.8")

@@ -33,6 +33,8 @@ MATHTEXT = r"$\undefinedcmd$"
 # and a blank line (a paragraph break, an error inside a tabular).
 BROKEN = "first line\n\\input{/etc/passwd}\r\n\nSECOND\u2028third\x0bfourth\x85fifth"
 LONG = "{{ bos_token }}" + "x" * 2000
+# A legend names the grouping key: "pool.0.chat_template = <label>".
+PREFIX = f"{GROUP_BY} = "
 
 
 def labelled_runs(owner: User, labels: tuple[str, ...]) -> list[Run]:
@@ -100,9 +102,10 @@ def test_a_mathtext_label_renders_literally_in_every_figure(logged_in: Client, a
         if name.endswith(".svg"):
             ET.fromstring(response.content)
             # The label is drawn as it is written, dollar signs included: a glyph for
-            # (nearly) every character, the first one (a "$") again last.
-            glyphs = drawn_glyphs(response.content, MATHTEXT)
-            assert len(glyphs) >= len(MATHTEXT) - 2 and glyphs[0] == glyphs[-1], (name, glyphs)
+            # (nearly) every character, the label's first one (a "$") again last.
+            glyphs = drawn_glyphs(response.content, PREFIX + MATHTEXT)
+            assert len(glyphs) >= len(PREFIX + MATHTEXT) - 2, (name, glyphs)
+            assert glyphs[len(PREFIX)] == glyphs[-1], (name, glyphs)
         elif name.endswith(".png"):
             with Image.open(io.BytesIO(response.content)) as image:
                 assert image.format == "PNG"
@@ -116,7 +119,7 @@ def test_a_log_axis_keeps_its_powers_of_ten_as_plain_text(logged_in: Client, ali
     assert svg.status_code == 200
     comments = re.findall(r"<!-- (.*?) -->", svg.content.decode())
     assert any(re.fullmatch(r"([2-9]\u00d7)?10\u207b\u00b9", text) for text in comments), comments
-    assert MATHTEXT in comments and not any("mathdefault" in text for text in comments)
+    assert PREFIX + MATHTEXT in comments and not any("mathdefault" in text for text in comments)
 
 
 def test_a_very_long_label_is_ellipsized_in_the_figure_legend_but_whole_in_the_csv(
@@ -126,7 +129,7 @@ def test_a_very_long_label_is_ellipsized_in_the_figure_legend_but_whole_in_the_c
     svg = logged_in.get(reverse("compare:export", args=["svg"]), query(runs))
     assert svg.status_code == 200
     comments = re.findall(r"<!-- (.*?) -->", svg.content.decode())
-    [legend] = [text for text in comments if text.startswith("{{ bos_token }}")]
+    [legend] = [text for text in comments if text.startswith(PREFIX + "{{ bos_token }}")]
     assert legend.endswith("…") and len(legend) <= 60
     png = logged_in.get(reverse("compare:export", args=["png"]), query(runs)).content
     Path("/tmp/export-long-label.png").write_bytes(png)  # to look at
@@ -134,7 +137,7 @@ def test_a_very_long_label_is_ellipsized_in_the_figure_legend_but_whole_in_the_c
         assert image.size[1] < 3 * image.size[0]  # not a tower of legend text
     bars_svg = logged_in.get(reverse("compare:bars_file", args=["svg"]), query(runs, view="tasks"))
     comments = re.findall(r"<!-- (.*?) -->", bars_svg.content.decode())
-    assert [text for text in comments if text.startswith("{{ bos_token }}")] == [legend]
+    assert [text for text in comments if text.startswith(PREFIX + "{{ bos_token }}")] == [legend]
     data = logged_in.get(reverse("compare:export", args=["csv"]), query(runs)).content.decode()
     assert {row["group"] for row in csv.DictReader(io.StringIO(data))} == {LONG, "plain"}
 

@@ -158,7 +158,10 @@ def test_x_tokens_keeps_the_step_0_evaluation_at_zero_tokens(alice: User) -> Non
 @pytest.mark.parametrize(
     ("policies", "metrics", "columns", "rows"),
     [
-        (3, 2, 2, [4, 2]),  # two policies a row, the third centred below
+        (3, 2, 2, [2, 2, 2]),  # rows filled evenly: a policy a row, not 4 + 2
+        (5, 2, 2, [2, 2, 2, 2, 2]),
+        (4, 2, 2, [4, 4]),
+        (7, 1, 2, [4, 3]),  # a prime count: only the last row short
         (3, 1, 1, [2, 1]),
         (5, 1, 2, [3, 2]),  # balanced, not 4 + 1
         (3, 2, 1, [2, 2, 2]),

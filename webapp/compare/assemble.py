@@ -95,10 +95,18 @@ SeriesIndex = dict[tuple[int, str, str], int]
 
 @dataclass
 class Group:
+    """A group of runs: ``label`` its value at the grouping key (the key of the JSON and
+    CSV files), ``name`` what people read (:func:`webapp.compare.grouping.group_name`,
+    "sgt.lambda_sgt = 0.05"; the label when not given)."""
+
     label: str
     colour: str
     dash: str
     runs: list[int]
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.label
 
 
 @dataclass
@@ -183,7 +191,13 @@ def groups_of(runs: Sequence[Run], group_by: str) -> list[Group]:
     labels = grouping.ordered(members)
     styles = styles_for(labels)
     return [
-        Group(label, styles[label].colour, styles[label].dash, sorted(members[label]))
+        Group(
+            label,
+            styles[label].colour,
+            styles[label].dash,
+            sorted(members[label]),
+            grouping.group_name(group_by, label),
+        )
         for label in labels
     ]
 
@@ -627,6 +641,7 @@ class Summary:
     best: dict[str, dict[str, str | None]]
     lower_is_better: bool
     notes: list[str]
+    group_by: str = "regime"  # the grouping key (the LaTeX table's group column names it)
 
 
 def summaries_from_rows(

@@ -107,24 +107,24 @@ def build_bars_figure(chart: BarChart, columns: int = 1) -> Figure:
         _draw_bars(ax, panel, chart, long_labels)
     if note:
         figure.supxlabel(note, fontsize=FONT_SIZES[columns] - 1.5, color="0.3")
+    # The legend names the groups as people read them ("sgt.lambda_sgt = 0.05").
+    names = {group.label: group.name for group in chart.groups}
     handles: list[Any] = [
         Patch(
             facecolor=colour,
             edgecolor="white",
             hatch=HATCHES.get(dash, ""),
-            label=figure_label(label),
+            label=figure_label(names[label]),
         )
         for label, colour, dash in groups
     ]
     if chart.view == "tasks" and any(np.isfinite(p.base).any() for p in panels):
         handles.append(Line2D([], [], color=BASE_COLOUR, linestyle=BASE_DASH, label="base model"))
     if handles:
-        title = None if chart.spec.group_by in ("regime", "experiment") else chart.spec.group_by
         figure.legend(
             handles=handles,
             loc="outside upper center",
             ncols=legend_columns([handle.get_label() for handle in handles], columns),
-            title=title,
             handlelength=1.4,
             columnspacing=1.0,
         )
@@ -281,6 +281,7 @@ def bars_latex(chart: BarChart) -> str:
     column per group (mean $\\pm$ std over its runs; the best group of the row in bold),
     then the base model's value (or the baseline group's mean)."""
     labels = [label for label, _colour, _dash in _shown_groups(chart)]
+    names = {group.label: group.name for group in chart.groups}  # the column headings
     numbers = [
         float(v)
         for panel in chart.panels
@@ -320,7 +321,7 @@ def bars_latex(chart: BarChart) -> str:
         ),
         r"\begin{tabular}{ll" + "r" * (len(labels) + 1) + "}",
         r"\toprule",
-        " & ".join(["Policy", what, *(latex_escape(label) for label in labels), base_head])
+        " & ".join(["Policy", what, *(latex_escape(names[label]) for label in labels), base_head])
         + r" \\",
     ]
     for panel in chart.panels:

@@ -17,7 +17,9 @@ metric's display name and unit from the metric catalogue (:mod:`trainer.metrics`
 data CSV and table CSV keep the keys and write every cell through
 :class:`webapp.core.csv_safe.SafeWriter` (a group label from a free-text config field that
 a spreadsheet would run as a formula gets a leading "'"). Rows are balanced and a shorter
-last row is centred, so no grid slot stays empty (:func:`layout`, :func:`panel_slots`). A
+last row is centred, so no grid slot stays empty (:func:`layout`, :func:`panel_slots`):
+rows fill evenly (six panels in two columns: three rows of two), and only where the
+count does not divide is the last row shorter. A
 figure with 95% CI bands that rest on fewer than 3 runs says so under its panels.
 
 Labels are text: no text of a figure is read as mathtext (``text.parse_math`` off, so a
@@ -50,6 +52,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, LogFormatterSciNotation
 
 from trainer import metrics as m
+from webapp.compare import grouping
 from webapp.compare.assemble import (
     CI_MIN_RUNS,
     STATISTICS,
@@ -71,6 +74,7 @@ matplotlib.use("Agg")
 FIGURE_FORMATS = ("pdf", "svg", "png")
 COLUMN_WIDTHS = {1: 3.5, 2: 7.0}  # inches
 MAX_PANEL_COLUMNS = {1: 2, 2: 4}
+MAX_FIGURE_HEIGHT = 9.0  # inches: a page's text height, about
 PNG_DPI = 300
 BAND_ALPHA = 0.2
 CSV_COLUMNS = ("group", "policy", "metric", "x", "mean", "lower", "upper", "n", "raw_mean")
@@ -177,21 +181,32 @@ class PlainLogFormatter(LogFormatterSciNotation):
 def layout(n_panels: int, n_metrics: int, columns: int) -> tuple[int, int, float, float]:
     """(rows, panel columns, width, height in inches). Panels go policy by policy, each
     policy's metrics side by side; as many policies share a row as fit whole in the
-    width (one column: 2 panels, two columns: 4), more metrics than that wrap. Rows are
-    then balanced: as few rows as that needs, with the fewest columns that fill them
-    (5 policies of one metric in two columns: 3 + 2, not 4 + 1)."""
+    width (one column: 2 panels, two columns: 4), more metrics than that wrap.
+
+    Rows are filled evenly: the widest row that divides the panels into full rows (3
+    policies of 2 metrics in two columns: 3 rows of 2, not 4 + 2); where no width does
+    (a prime number of panels), as few rows as fit, with the fewest columns that fill
+    them, so that only the last row is short, and by as little as can be (5 policies of
+    one metric in two columns: 3 + 2, not 4 + 1)."""
     widest = MAX_PANEL_COLUMNS[columns]
     if 0 < n_metrics <= widest:
-        policies = math.ceil(n_panels / n_metrics)
-        nrows = math.ceil(policies / (widest // n_metrics))
-        ncols = math.ceil(policies / max(nrows, 1)) * n_metrics
+        # Whole policies a row: a multiple of the metrics.
+        widths = [n_metrics * k for k in range(1, widest // n_metrics + 1)]
     else:
-        nrows = math.ceil(n_panels / widest)
-        ncols = math.ceil(n_panels / max(nrows, 1))
-    ncols = max(1, min(ncols, n_panels))
+        widths = list(range(1, widest + 1))
+    widths = [width for width in widths if width <= n_panels] or [1]
+    # A single column of panels is the last resort (it is tall), unless nothing else fits.
+    full = [w for w in widths if n_panels % w == 0 and (w > 1 or widths == [1])]
+    if full:
+        ncols = max(full)
+    else:
+        nrows = math.ceil(n_panels / max(widths))
+        ncols = min(w for w in widths if math.ceil(n_panels / w) == nrows)
     nrows = max(1, math.ceil(n_panels / ncols))
     width = COLUMN_WIDTHS[columns]
     panel_height = min(max(width / ncols * 0.72, 1.25), 2.2)
+    # Many rows of few panels: flatter panels, so the figure fits a page.
+    panel_height = max(min(panel_height, (MAX_FIGURE_HEIGHT - 0.45) / nrows), 1.25)
     return nrows, ncols, width, nrows * panel_height + 0.45
 
 
@@ -237,22 +252,16 @@ def build_figure(comparison: Comparison, columns: int = 1) -> Figure:
             [],
             color=group.colour,
             linestyle=MATPLOTLIB_DASHES[group.dash],
-            label=figure_label(group.label),
+            label=figure_label(group.name),
         )
         for group in comparison.groups
         if group.label in shown
     ]
     if handles:
-        title = (
-            None
-            if comparison.spec.group_by in ("regime", "experiment")
-            else comparison.spec.group_by
-        )
         figure.legend(
             handles=handles,
             loc="outside upper center",
             ncols=legend_columns([handle.get_label() for handle in handles], columns),
-            title=title,
             handlelength=1.8,
             columnspacing=1.0,
         )
@@ -464,6 +473,11 @@ def _one_table_latex(summary: Summary) -> str:
     ]
     decimals = decimals_for(values)
     direction = "lower" if summary.lower_is_better else "higher"
+    # The group column names the grouping key ("sgt.lambda\_sgt") unless its labels
+    # name themselves (regimes, experiments): grouping.group_name's rule, as a heading.
+    group_heading = (
+        "Group" if summary.group_by in grouping.SELF_NAMING else latex_escape(summary.group_by)
+    )
     lines = [
         latex_comment(
             f"{m.label(summary.metric)} ({summary.metric}): final, best and mean value per "
@@ -475,7 +489,7 @@ def _one_table_latex(summary: Summary) -> str:
         ),
         r"\begin{tabular}{llrrrr}",
         r"\toprule",
-        r"Policy & Group & Final & Best & Mean & $n$ \\",
+        rf"Policy & {group_heading} & Final & Best & Mean & $n$ \\",
     ]
     for row in summary.rows:
         lines.append(r"\midrule")

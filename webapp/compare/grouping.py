@@ -9,6 +9,11 @@ stringified: strings as they are, anything else as compact JSON (``0.001``, ``tr
 Order: the registered regimes in their declared order (standalone, prp, xgrpo, sgt,
 then any plug-in: :func:`trainer.regimes.regime_names`), then numbers by value, then
 every other label alphabetically, :data:`MISSING` last.
+
+What people read of a group (legends, the summary's headers, figure legends) is its
+:func:`group_name`: the label with the grouping key in front ("sgt.lambda_sgt = 0.05"),
+except when grouping by regime or experiment, whose labels name themselves. The JSON and
+the CSV files keep the bare label as the group's key.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from trainer.regimes import regime_names
 
 MISSING = "(missing)"
 EXPERIMENT = "experiment"
+SELF_NAMING = ("regime", EXPERIMENT)
+"""Groupings whose labels read on their own ("sgt", an experiment's name)."""
 
 _SEGMENT = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
 GROUP_BY_PATTERN = re.compile(rf"^{_SEGMENT}(\.({_SEGMENT}|[0-9]{{1,3}})){{0,5}}$")
@@ -58,6 +65,14 @@ def group_label(config: dict[str, Any], experiment_name: str, group_by: str) -> 
     if group_by == EXPERIMENT:
         return experiment_name
     return label_of(config_value(config, group_by))
+
+
+def group_name(group_by: str, label: str) -> str:
+    """A group as people read it: "sgt.lambda_sgt = 0.05", "seed = 1"; the bare label
+    when grouping by regime or experiment ("sgt")."""
+    if group_by in SELF_NAMING:
+        return label
+    return f"{group_by} = {label}"
 
 
 def _number(label: str) -> float | None:

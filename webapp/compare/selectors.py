@@ -319,7 +319,7 @@ def summary_build(
         ).values_list("id", "run_id", "policy")
     }
     per_series = run_summaries(list(index.values()), lower_is_better=lower_is_better)
-    return summary_assemble(
+    summary = summary_assemble(
         metric=metric,
         groups=groups,
         policies=policies,
@@ -328,6 +328,8 @@ def summary_build(
         lower_is_better=lower_is_better,
         notes=notes,
     )
+    summary.group_by = spec.group_by
+    return summary
 
 
 # --------------------------------------------------------------------------- bar views

@@ -46,12 +46,17 @@ def number_text(value: float | None) -> str:
 
 
 def groups_json(groups: Sequence[Group]) -> list[dict[str, Any]]:
-    """``[{"label", "colour", "dash", "runs"}]``, in the groups' order."""
-    return [{"label": g.label, "colour": g.colour, "dash": g.dash, "runs": g.runs} for g in groups]
+    """``[{"label", "name", "colour", "dash", "runs"}]``, in the groups' order: ``label``
+    is the group's key (the traces' ``group``), ``name`` what legends show
+    ("sgt.lambda_sgt = 0.05")."""
+    return [
+        {"label": g.label, "name": g.name, "colour": g.colour, "dash": g.dash, "runs": g.runs}
+        for g in groups
+    ]
 
 
 def comparison_json(comparison: Comparison) -> dict[str, Any]:
-    """``{"spec", "groups": [{"label", "colour", "dash", "runs"}], "panels": [{"policy",
+    """``{"spec", "groups": [{"label", "name", "colour", "dash", "runs"}], "panels": [{"policy",
     "metric", "policy_label", "metric_label", "y_label", "title", "x_label", "traces":
     [{"group", "colour", "dash", "x", "mean", "lower", "upper", "n", "raw_mean"}]}],
     "notes", "x_label", "grid"}``."""
@@ -95,9 +100,9 @@ def mean_std_json(value: MeanStd) -> dict[str, Any]:
 
 
 def summary_json(summary: Summary) -> dict[str, Any]:
-    """``{"metric", "metric_label", "lower_is_better", "groups": [labels], "colours":
-    {label: colour}, "policies", "policy_labels": {policy: label}, "rows": [{"policy",
-    "policy_label", "cells": [{"group", "final": {"mean", "std", "n"},
+    """``{"metric", "metric_label", "lower_is_better", "groups": [labels], "group_names":
+    {label: name}, "colours": {label: colour}, "policies", "policy_labels": {policy:
+    label}, "rows": [{"policy", "policy_label", "cells": [{"group", "final": {"mean", "std", "n"},
     "best": {...}, "mean": {...}}]}], "best": {"final": {policy: group}, "best": ...,
     "mean": ...}, "notes"}``; ``mean``/``std`` are null without runs / below two runs."""
     return {
@@ -105,6 +110,7 @@ def summary_json(summary: Summary) -> dict[str, Any]:
         "metric_label": m.label(summary.metric),
         "lower_is_better": summary.lower_is_better,
         "groups": [group.label for group in summary.groups],
+        "group_names": {group.label: group.name for group in summary.groups},
         "colours": {group.label: group.colour for group in summary.groups},
         "policies": summary.policies,
         "policy_labels": {
@@ -132,7 +138,7 @@ def summary_json(summary: Summary) -> dict[str, Any]:
 
 
 def bars_json(chart: BarChart) -> dict[str, Any]:
-    """``{"view", "title", "spec", "groups": [{"label", "colour", "dash", "runs"}],
+    """``{"view", "title", "spec", "groups": [{"label", "name", "colour", "dash", "runs"}],
     "suites": {suite: [tasks]}, "suite", "score", "baseline", "metrics", "zero_line",
     "empty", "panels": [{"policy", "title", "x_label", "y_label", "categories",
     "category_labels", "base", "base_label", "message", "traces": [{"group", "colour", "dash",
@@ -208,8 +214,8 @@ def interval_json(interval: Interval | None) -> dict[str, Any] | None:
 
 
 def significance_json(table: Significance) -> dict[str, Any]:
-    """``{"view": "significance", "title", "spec", "groups": [{"label", "colour", "dash",
-    "runs"}], "baseline", "metrics", "step" (null: each run's final value), "where",
+    """``{"view": "significance", "title", "spec", "groups": [{"label", "name", "colour",
+    "dash", "runs"}], "baseline", "metrics", "step" (null: each run's final value), "where",
     "level", "correction" ("" for none), "method" (in words), "empty", "rows": [{"policy",
     "policy_label", "metric", "metric_label", "group", "colour", "interval": {...} | null,
     "group_mean", "baseline_mean", "seeds", "unpaired", "steps", "note", "sentence"}],

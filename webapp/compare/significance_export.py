@@ -168,8 +168,10 @@ def significance_latex(table: Significance) -> str:
 
 
 def row_label(row: SigRow, table: Significance) -> str:
-    """ "sgt · llama" (and " · the metric" when the table has several)."""
-    label = f"{row.group} · {row.policy_label}"
+    """ "sgt · llama" (and " · the metric" when the table has several); the group by its
+    name ("sgt.lambda_sgt = 0.05 · llama"), as the page's forest plot shows it."""
+    names = {group.label: group.name for group in table.groups}
+    label = f"{names.get(row.group, row.group)} · {row.policy_label}"
     if len(table.options.metrics) > 1:
         label += f" · {row.metric_label}"
     return figure_label(label, LABEL_CHARS)

@@ -9,7 +9,9 @@ The compare page's query string carries the selection next to the view settings:
   "all SGT runs on pool X" picks up new runs). ``q_pool`` is the pool's policy names,
   comma-separated, in any order.
 
-Only runs the user may see are ever selected.
+Only runs the user may see are ever selected. A run id or sweep that is unknown, or not
+the user's to see, is named in :attr:`Selection.missing_text` (the two look the same, so
+that an id does not tell an outsider whether the run exists).
 """
 
 from __future__ import annotations
@@ -36,6 +38,23 @@ class Selection:
     runs: list[Run]
     description: str
     truncated: bool = False
+    missing_runs: tuple[int, ...] = ()  # asked for by id, unknown or not visible
+    missing_sweep: int | None = None  # the sweep asked for, unknown or not visible
+
+    @property
+    def missing_text(self) -> str:
+        """ "Run 99999 does not exist or is not visible to you." (runs, or the sweep), or
+        "" when every id asked for was found."""
+        if self.missing_sweep is not None:
+            return f"Sweep {self.missing_sweep} does not exist or is not visible to you."
+        if not self.missing_runs:
+            return ""
+        shown = ", ".join(str(pk) for pk in self.missing_runs[:10])
+        if len(self.missing_runs) > 10:
+            shown += f" and {len(self.missing_runs) - 10} more"
+        if len(self.missing_runs) == 1:
+            return f"Run {shown} does not exist or is not visible to you."
+        return f"Runs {shown} do not exist or are not visible to you."
 
 
 def _int_list(text: str, name: str) -> list[int]:
@@ -50,6 +69,8 @@ def select_runs(user: AbstractBaseUser | AnonymousUser, params: QueryDict) -> Se
         if any("\x00" in value for value in params.getlist(key)):
             raise SelectionError(f"{key}: must not contain NUL characters")
     queryset = visible_runs(user).select_related("experiment", "experiment__owner")
+    ids: list[int] = []
+    sweep_id: int | None = None
     if params.get("sweep"):
         try:
             sweep_id = int(params["sweep"])
@@ -86,12 +107,21 @@ def select_runs(user: AbstractBaseUser | AnonymousUser, params: QueryDict) -> Se
             raise SelectionError("choose runs: a sweep, run ids, or at least one filter")
         description = "runs with " + (", ".join(parts) or "any settings")
     runs = list(queryset.distinct().order_by("id")[: MAX_RUNS * 5])
+    found = {run.pk for run in runs}
+    missing_runs = tuple(sorted({pk for pk in ids if pk not in found}))
+    missing_sweep = sweep_id if sweep_id is not None and not runs else None
     if params.get("q_pool"):
         wanted = sorted(name.strip() for name in params["q_pool"].split(",") if name.strip())
         runs = [run for run in runs if sorted(run.policy_names) == wanted]
         description += f" on pool {', '.join(wanted)}"
     truncated = len(runs) > MAX_RUNS
-    return Selection(runs=runs[:MAX_RUNS], description=description, truncated=truncated)
+    return Selection(
+        runs=runs[:MAX_RUNS],
+        description=description,
+        truncated=truncated,
+        missing_runs=missing_runs,
+        missing_sweep=missing_sweep,
+    )
 
 
 def view_query(params: QueryDict) -> QueryDict:

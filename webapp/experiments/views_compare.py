@@ -197,6 +197,13 @@ def _compare_page(
         return render(
             request, "experiments/compare.html", {"error": str(error), "saved": saved}, status=400
         )
+    if not selection.runs:
+        # Nothing to compare: say why instead of drawing empty cards ("Loading..." forever).
+        # An id that is unknown or not visible reads the same, and is a 404.
+        missing = selection.missing_text
+        error = missing or f"No run matches this selection ({selection.description})."
+        context = {"error": error, "saved": saved}
+        return render(request, "experiments/compare.html", context, status=404 if missing else 200)
     runs = selection.runs
     run_ids = [run.pk for run in runs]
     keys = sorted(
