@@ -30,6 +30,7 @@ Every field declares its ``metadata``, which the compose form reads too:
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -439,8 +440,10 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: Any) -> RunConfig:
-        """The config of JSON ``data``; :class:`ConfigError` lists every problem (unknown
-        fields and wrong types first, then, once every field is of its type, the rules)."""
+        """The config of JSON ``data``; :class:`ConfigError` lists every problem at once:
+        unknown fields and wrong types, and every range and rule the rest breaks (checked
+        with each wrong or missing value at its default, and not reported under a path
+        that already has a problem: one round of fixes, never one stage at a time)."""
         from trainer.regimes import regime_spec, section_names
 
         errors: dict[str, str] = {}
@@ -451,16 +454,25 @@ class RunConfig:
                 if regime in data:
                     section_class = regime_spec(regime).config
                     assert section_class is not None
-                    built = build_dataclass(section_class, data.pop(regime), regime, errors)
-                    if built is not None:
-                        sections[regime] = built
+                    sections[regime] = build_dataclass(
+                        section_class, data.pop(regime), regime, errors, lenient=True
+                    )
             if "sections" in data:
                 errors["sections"] = (
                     f"unknown field 'sections' in config; known fields: "
                     f"{', '.join(_json_names(cls))}"
                 )
             data["sections"] = sections
-        config = build_dataclass(cls, data, "", errors)  # constructing it validates it
+        broken = set(errors)
+        try:
+            # Constructing it validates it (the rules, over what was read).
+            config = build_dataclass(cls, data, "", errors, lenient=True)
+        except ConfigError as error:
+            broken |= set(errors)
+            for path, message in error.errors.items():
+                if not _under(path, broken):
+                    errors[path] = message
+            raise ConfigError(errors) from None
         if errors:
             raise ConfigError(errors)
         assert isinstance(config, RunConfig)
@@ -478,21 +490,28 @@ class RunConfig:
     def validate(self) -> None:
         """Raise :class:`ConfigError` listing every problem (no-op when all is well).
 
-        First the types, with :meth:`from_dict`'s messages (``lr="x"``: "must be a
-        number, got a string"), and nothing else while one is wrong; then every declared
-        range (``metadata["min"]`` ...: :func:`bound_problem`) of every section, policy
-        and regime section; then the rules that span fields. Run on construction; call
-        it again after changing a field.
+        The types, with :meth:`from_dict`'s messages (``lr="x"``: "must be a number,
+        got a string"); every declared range (``metadata["min"]`` ...:
+        :func:`bound_problem`) of every section, policy and regime section; and the rules
+        that span fields, all in one go: a field of the wrong type is checked as its
+        default, and nothing is reported under a path whose type is wrong. Run on
+        construction; call it again after changing a field.
         """
         errors = self._type_problems()
+        broken = set(errors)
+        config = _repaired(self, broken, "") if broken else self
+
+        def check(ok: bool, path: str, message: str) -> None:
+            if not ok and path not in errors and not _under(path, broken):
+                errors[path] = message
+
+        _check_bounds(config, "", check)
+        config._check_rules(check)
         if errors:
             raise ConfigError(errors)
 
-        def check(ok: bool, path: str, message: str) -> None:
-            if not ok and path not in errors:
-                errors[path] = message
-
-        _check_bounds(self, "", check)
+    def _check_rules(self, check: typing.Callable[[bool, str, str], None]) -> None:
+        """The rules that span fields (every field of its type)."""
         check(NAME_PATTERN.match(self.name) is not None, "name", _name_help(self.name))
         check(
             1 <= len(self.pool) <= MAX_POOL,
@@ -573,8 +592,6 @@ class RunConfig:
         self._validate_regime(check)
         check(self.off_policy in OFF_POLICY, "off_policy", f"use one of {OFF_POLICY}")
         self._validate_remix(check)
-        if errors:
-            raise ConfigError(errors)
 
     def _type_problems(self) -> dict[str, str]:
         """Where a field does not hold its type, by path, in :meth:`from_dict`'s words."""
@@ -896,13 +913,20 @@ def json_data(text: str) -> Any:
         raise ConfigError({"": f"not valid JSON: {exc}"}) from exc
 
 
-def build_dataclass(cls: type[T], data: Any, path: str, errors: dict[str, str]) -> T | None:
+def build_dataclass(
+    cls: type[T], data: Any, path: str, errors: dict[str, str], *, lenient: bool = False
+) -> T | None:
     """Build dataclass ``cls`` from JSON data, recording type errors by field path; with
-    any error recorded (here or before), nothing is built (None)."""
+    any error recorded (here or before), nothing is built (None).
+
+    ``lenient``: build it all the same, each wrong or missing value at its default (a
+    required one at a placeholder of its type, :func:`_placeholder`), so that the rules
+    can be checked over the rest in the same round (:meth:`RunConfig.from_dict`); the
+    errors still say what is wrong."""
     where = path or "config"
     if not isinstance(data, dict):
         errors[path] = f"{where} must be a JSON object, got {_json_type(data)}"
-        return None
+        return _placeholder(cls) if lenient else None
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
     for key in data:
@@ -913,19 +937,131 @@ def build_dataclass(cls: type[T], data: Any, path: str, errors: dict[str, str]) 
     kwargs: dict[str, Any] = {}
     for name, spec in known.items():
         field_path = _join(path, name)
+        required = spec.default is MISSING and spec.default_factory is MISSING
         if name not in data:
-            if spec.default is MISSING and spec.default_factory is MISSING:
+            if required:
                 errors[field_path] = f"missing required field {name!r}"
+                if lenient:
+                    kwargs[name] = _placeholder_value(hints[name])
             continue
-        value = _convert(hints[name], data[name], field_path, errors)
+        value = _convert(hints[name], data[name], field_path, errors, lenient=lenient)
         if value is not _INVALID:
             kwargs[name] = value
-    if errors:
+        elif lenient and required:
+            kwargs[name] = _placeholder_value(hints[name])
+    if errors and not lenient:
         return None
     return cls(**kwargs)
 
 
 _INVALID = object()
+
+
+def _under(path: str, broken: set[str]) -> bool:
+    """Whether ``path`` is one of ``broken`` or inside one (``pool[1].lr`` is inside
+    ``pool[1]``; everything is inside ``""``, the whole config)."""
+    return any(
+        not root or path == root or path.startswith((f"{root}.", f"{root}[")) for root in broken
+    )
+
+
+def _placeholder_value(hint: Any) -> Any:
+    """A value of type ``hint`` that stands for a missing or wrong required one while the
+    rest of a config is checked: "", 0, [], a dataclass of placeholders and defaults."""
+    hint, optional = _unwrap_optional_hint(hint)
+    if optional:
+        return None
+    if typing.get_origin(hint) is list:
+        return []
+    if typing.get_origin(hint) is dict:
+        return {}
+    if isinstance(hint, type) and is_dataclass(hint):
+        return _placeholder(hint)
+    return {bool: False, int: 0, float: 0.0, str: ""}.get(hint)
+
+
+def _placeholder(cls: type[T]) -> T:
+    """``cls`` with its defaults and placeholders for its required fields (see
+    :func:`_placeholder_value`); never built as a config that is used."""
+    hints = typing.get_type_hints(cls)
+    required = {
+        spec.name: _placeholder_value(hints[spec.name])
+        for spec in fields(cls)  # type: ignore[arg-type]
+        if spec.default is MISSING and spec.default_factory is MISSING
+    }
+    return cls(**required)
+
+
+def _default_value(spec: Any, hint: Any) -> Any:
+    """Field ``spec``'s default, or a placeholder of its type when it has none."""
+    if spec.default is not MISSING:
+        return spec.default
+    if spec.default_factory is not MISSING:
+        return spec.default_factory()
+    return _placeholder_value(hint)
+
+
+def _unwrap_optional_hint(hint: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False
+
+
+def _repaired(obj: Any, broken: set[str], path: str) -> Any:
+    """A shallow copy of dataclass ``obj`` whose fields at the ``broken`` paths (of the
+    wrong type) hold their defaults instead, so every other field can be checked; the
+    copy is not validated (it only serves :meth:`RunConfig.validate`)."""
+    hints = typing.get_type_hints(type(obj))
+    repaired = copy.copy(obj)
+    for spec in fields(obj):
+        field_path = _join(path, spec.name)
+        if not any(_under(problem, {field_path}) for problem in broken):
+            continue
+        value = getattr(obj, spec.name)
+        if field_path in broken:
+            value = _default_value(spec, hints[spec.name])
+        elif _is_sections(spec) and isinstance(value, dict):
+            value = {
+                name: (
+                    _section_default(name)
+                    if name in broken
+                    else _repaired(section, broken, name)
+                    if is_dataclass(section)
+                    else section
+                )
+                for name, section in value.items()
+            }
+        elif is_dataclass(value):
+            value = _repaired(value, broken, field_path)
+        elif isinstance(value, list) and _dataclass_items(hints[spec.name]):
+            item_hint = _dataclass_items(hints[spec.name])
+            value = [
+                _placeholder(item_hint)
+                if f"{field_path}[{index}]" in broken
+                else _repaired(item, broken, f"{field_path}[{index}]")
+                for index, item in enumerate(value)
+            ]
+        else:  # a list of scalars with a wrong item
+            value = _default_value(spec, hints[spec.name])
+        setattr(repaired, spec.name, value)
+    return repaired
+
+
+def _dataclass_items(hint: Any) -> Any:
+    """The item type of a list-of-dataclasses field's ``hint`` (the pool's), else None."""
+    hint, _ = _unwrap_optional_hint(hint)
+    args = typing.get_args(hint) if typing.get_origin(hint) is list else ()
+    item = args[0] if args else None
+    return item if isinstance(item, type) and is_dataclass(item) else None
+
+
+def _section_default(name: str) -> Any:
+    from trainer.regimes import regime_spec
+
+    return regime_spec(name).section()
 
 
 def _is_sections(spec: Any) -> bool:
@@ -945,14 +1081,16 @@ def _json_names(cls: type) -> list[str]:
     return names
 
 
-def _convert(hint: Any, value: Any, path: str, errors: dict[str, str]) -> Any:
+def _convert(
+    hint: Any, value: Any, path: str, errors: dict[str, str], *, lenient: bool = False
+) -> Any:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         (inner,) = [arg for arg in args if arg is not type(None)]
-        return _convert(inner, value, path, errors)
+        return _convert(inner, value, path, errors, lenient=lenient)
     if origin is dict:
         # RunConfig.sections: already built, section by section, by RunConfig.from_dict.
         return value
@@ -960,10 +1098,13 @@ def _convert(hint: Any, value: Any, path: str, errors: dict[str, str]) -> Any:
         if not isinstance(value, list):
             errors[path] = f"must be a list, got {_json_type(value)}"
             return _INVALID
-        items = [_convert(args[0], item, f"{path}[{i}]", errors) for i, item in enumerate(value)]
+        items = [
+            _convert(args[0], item, f"{path}[{i}]", errors, lenient=lenient)
+            for i, item in enumerate(value)
+        ]
         return _INVALID if any(item is _INVALID for item in items) else items
     if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
-        built = build_dataclass(hint, value, path, errors)
+        built = build_dataclass(hint, value, path, errors, lenient=lenient)
         return _INVALID if built is None else built
     problem = _scalar_problem(hint, value, path)
     if problem:

@@ -3,11 +3,15 @@ and Preview scrolls to its result and announces it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.conftest import log_in
+from trainer.zoo import ZOO_IDS
 
 pytestmark = pytest.mark.browser
 
@@ -88,3 +92,58 @@ def test_preview_scrolls_to_its_result_and_announces_it(
     expect(status).to_contain_text("The config is valid: 2 policies")
     expect(status).to_contain_text("Nothing is saved until you press Save")
     expect(page.get_by_role("region", name="Preview")).to_be_visible()
+
+
+def test_one_preview_shows_every_problem_next_to_its_field(
+    page: Page, live_server: object, alice: User, settings: Any, built_zoo: Path, tmp_path: Path
+) -> None:
+    """Issue 31: mistakes in every part of the form (names, the schedule, the seeds, a
+    policy, a section, the resources, an unbuilt zoo model) are all on the page after one
+    Preview, each next to its field, counted in the summary."""
+    zoo = tmp_path / "zoo"  # the default zoo built, nothing else
+    zoo.mkdir()
+    for zoo_id in ZOO_IDS:
+        (zoo / zoo_id).symlink_to(built_zoo / zoo_id)
+    settings.ZOO_DIR = str(zoo)
+    base = live_server.url  # type: ignore[attr-defined]
+    open_compose_form(page, base, alice)
+    mistakes = {
+        "name": "first ten minutes",
+        "steps": "1e12",
+        "seeds": "0, 0, abc",
+        "prompts_per_step": "0",
+        "pool-0-temperature": "0",
+        "pool-1-model": "zoo:tiny-qwen-bpe-sub",
+        "grpo-clip_eps": "1.5",
+        "resources-gpus": "64",
+        "resources-mem_gb": "99999999",
+        "resources-time_limit": "99:99:99",
+    }
+    for name, value in mistakes.items():
+        page.fill(f"[name={name}]", value)
+    page.get_by_test_id("preview").click()
+
+    command = f"python -m trainer zoo build --recipe complementary --zoo-dir {zoo}"
+    expected = {
+        "name": ["'first ten minutes' is not a valid name"],
+        "steps": ["Enter a whole number."],
+        "seeds": ["'abc' is not one", "duplicate seed 0"],
+        "prompts_per_step": ["prompts_per_step must be >= 1; got 0"],
+        "pool-0-temperature": ["temperature must be > 0"],
+        "pool-1-model": [f"zoo model 'tiny-qwen-bpe-sub' is not built in {zoo}", command],
+        "grpo-clip_eps": ["clip_eps must be in (0, 1); got 1.5"],
+        "resources-gpus": ["more GPUs than the partition has"],
+        "resources-mem_gb": ["less than or equal to 100000"],
+        "resources-time_limit": ["'99:99:99' is not a time limit"],
+    }
+    messages = page.locator("p.field-error")
+    expect(messages).to_have_count(11)  # seeds has two
+    for name, fragments in expected.items():
+        shown = page.locator(f'[data-field="{name}"] p.field-error')
+        for fragment in fragments:
+            expect(shown.filter(has_text=fragment)).to_be_visible()
+    summary = page.get_by_test_id("error-summary")
+    expect(summary).to_be_focused()
+    expect(summary.locator("h2")).to_have_text("Please fix these 11 problems; nothing was saved")
+    expect(summary.get_by_test_id("error-link")).to_have_count(11)
+    expect(page.get_by_test_id("preview-panel")).to_have_count(0)

@@ -112,6 +112,43 @@ def test_it_rejects_booleans_where_numbers_belong_and_non_finite_numbers() -> No
     assert errors["pool[0].lr"] == "must be a finite number"
 
 
+def test_unknown_fields_and_wrong_types_come_with_every_range_and_rule_problem() -> None:
+    """One round: the rules are checked over what is readable (a wrong or missing value
+    at its default, nothing said under its path), not only once the types are right."""
+    data = _config(stpes=3, steps=-3, prompts_per_step="many", grpo={"clip_eps": 1.5, "x": 1})
+    data["pool"][0] |= {"lr": "fast", "temperature": 0}
+    data["pool"][1] = {"name": "llama", "group_size": 1}  # no model, a duplicate name
+    assert _errors(data) == {
+        "stpes": "unknown field 'stpes' in config; known fields: pool, name, regime, "
+        "off_policy, remix, prp, xgrpo, sgt, sequential_sft, success_threshold, grpo, task, "
+        "steps, prompts_per_step, val_every, checkpoint_every, seed",
+        "grpo.x": "unknown field 'x' in grpo; known fields: advantage_estimator, adv_eps, "
+        "clip_eps, kl_coef, kl_estimator, kl_clamp, entropy_coef, loss_agg, max_grad_norm, "
+        "mini_batches, epochs, weight_decay",
+        "prompts_per_step": "must be an integer, got a string",
+        "pool[0].lr": "must be a number, got a string",
+        "pool[1].model": "missing required field 'model'",
+        "pool[0].temperature": "temperature must be > 0 (validation decodes greedily); got 0.0",
+        "pool[1].group_size": "G must be at least 2 for a group baseline; got 1",
+        "grpo.clip_eps": "clip_eps must be in (0, 1); got 1.5",
+        "steps": "steps must be >= 1; got -3",
+        "pool[1].name": "duplicate policy name 'llama' (also pool[0]); give each policy its "
+        "own name",
+    }
+    built = _built_errors(
+        lambda: RunConfig(
+            pool=[PolicyConfig("llama", "m", lr="fast"), {"name": "q"}],  # type: ignore[arg-type,list-item]
+            steps=-3,
+            regime="sgt",
+        )
+    )
+    assert built == {
+        "pool[0].lr": "must be a number, got a string",
+        "pool[1]": "must be a PolicyConfig, got a dict",
+        "steps": "steps must be >= 1; got -3",
+    }
+
+
 @pytest.mark.parametrize("size", [0, 9])
 def test_a_pool_has_one_to_eight_policies(size: int) -> None:
     pool = [{"name": f"p{i}", "model": "zoo:tiny-llama-char"} for i in range(size)]

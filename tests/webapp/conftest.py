@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,16 @@ from webapp.experiments.models import Run
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def built_zoo(settings: Any, zoo_dir: Path) -> Path:
+    """The zoo the compose form checks (``settings.ZOO_DIR``, where the runs read their
+    zoo models): the built test zoo, so a pool of default-zoo models composes; a test of
+    an unbuilt model points it elsewhere. (Some modules point ``MRL_ZOO_DIR``, which MWRA's
+    parameter counts read, at an empty directory: every zoo model then weighs the same.)"""
+    settings.ZOO_DIR = str(zoo_dir)
+    return zoo_dir
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from django.urls import reverse
 from tests.webapp.test_forms import query, sgt_data
 from trainer.config import RunConfig
 from trainer.regimes import regime_names
+from trainer.zoo import ZOO_IDS, ZOO_RECIPES
 from webapp.experiments import services
 from webapp.experiments.compose import ExperimentComposer
 from webapp.experiments.forms import MAX_MICRO_BATCH
@@ -284,8 +285,11 @@ def test_the_compare_query(alice: User, make_experiment: Callable[..., Experimen
         for name in COMPARE_PARAMS:
             params = {"q_regime": "sgt", name: value}
             response = client.get(url, params)
-            assert response.status_code in (200, 400), (name, kind)
+            assert response.status_code in (200, 400, 404), (name, kind)
             page = assert_escaped(response)
+            if response.status_code == 404:  # a well-formed id of no run or sweep
+                assert name in ("run", "runs", "sweep"), (name, kind)
+                assert "does not exist or is not visible to you" in page, (name, kind)
             if response.status_code == 400:
                 assert 'data-testid="selection-error"' in page
                 error = response.context["error"]
@@ -382,12 +386,36 @@ def test_a_valid_config_fills_the_form_and_previews(lab: Lab, alice: User) -> No
 @pytest.mark.parametrize(
     "example", sorted(p.name for p in (Path(__file__).parents[2] / "examples").glob("*.json"))
 )
-def test_every_example_config_imports_and_saves(lab: Lab, alice: User, example: str) -> None:
-    """What the README offers (examples/*.json, the complementary pool's zoo models
-    included) imports into the form without a problem and saves as it is."""
+def test_every_example_config_imports_and_saves(
+    lab: Lab, alice: User, example: str, settings: Any, built_zoo: Path, tmp_path: Path
+) -> None:
+    """What the README offers (examples/*.json) imports into the form and saves as it is
+    when its zoo models are built; the examples of another recipe (the complementary and
+    gap pools) show, before anything is saved, each model's build command instead."""
+    zoo = tmp_path / "zoo"  # the default zoo built; no other recipe, whatever ran before
+    zoo.mkdir()
+    for zoo_id in ZOO_IDS:
+        (zoo / zoo_id).symlink_to(built_zoo / zoo_id)
+    settings.ZOO_DIR = str(zoo)
     client = logged_in(alice)
     text = (Path(__file__).parents[2] / "examples" / example).read_text()
     composer = import_config(client, text, as_file=True).context["composer"]
+    models = [policy["model"].removeprefix("zoo:") for policy in json.loads(text)["pool"]]
+    unbuilt = [model for model in models if model not in ZOO_IDS]
+    if unbuilt:
+        recipe = next(name for name, ids in ZOO_RECIPES.items() if unbuilt[0] in ids)
+        assert [link.message for link in composer.error_summary()] == [
+            f"zoo model {model!r} is not built in {zoo}, so a run would fail when it starts: "
+            f"build it with `python -m trainer zoo build --recipe {recipe} --zoo-dir {zoo}` "
+            "(from the project directory), then Preview again; or choose a built model"
+            for model in unbuilt
+        ]
+        saved = client.post(
+            reverse("experiments:experiment_create"),
+            {**composer.as_data().dict(), "action": "save"},
+        )
+        assert saved.status_code == 200 and not Experiment.objects.exists()
+        return
     assert not composer.has_errors(), composer.error_summary()
     saved = client.post(
         reverse("experiments:experiment_create"), {**composer.as_data().dict(), "action": "save"}

@@ -5,9 +5,11 @@ one trainer config and an MWRA placement plan (SPEC 4.6).
 one section form per config section (built from the trainer dataclasses and the regime
 registry when the page is built, :mod:`webapp.experiments.configform`), the resources
 form and the policy pool formset (:mod:`webapp.experiments.forms`). It validates them
-field by field, then builds the trainer JSON, validates it with ``RunConfig.from_dict``
-(types, every field's declared range, the cross-field rules) and puts every
-``ConfigError`` message next to the field it names, then plans the placement with MWRA.
+field by field, builds the trainer JSON of every field that passed, validates it with
+``RunConfig.from_dict`` (types, every field's declared range, the cross-field rules) and
+puts every ``ConfigError`` message next to the field it names, flags each zoo model that
+is not built (with its build command) and plans the placement with MWRA: all in one
+round, so one Preview shows every problem, none waits for another to be fixed.
 The views bind it to the request, ask :meth:`ExperimentComposer.is_valid` and hand
 :meth:`ExperimentComposer.save_kwargs` to ``services.experiment_create`` / ``_update``.
 """
@@ -28,7 +30,7 @@ from trainer.config import OFF_POLICY, ConfigError, RunConfig
 from trainer.mwra import PlacementError, PlacementPlan, PolicyDemand, plan_placement
 from trainer.mwra_counting import ParameterCount
 from trainer.regimes import regime_names
-from webapp.experiments.compose_sources import ModelResolver
+from webapp.experiments.compose_sources import ModelResolver, zoo_build_problem
 from webapp.experiments.configform import (
     ConfigForm,
     path_title,
@@ -145,6 +147,10 @@ class ExperimentComposer:
         self.plan: PlacementPlan | None = None
         self.parameters: list[ParameterCount] = []
         self.visible: list[PolicyForm] = []
+        self._field_errors: set[tuple[int, str]] = set()
+        """(form id, field name) of the fields their own checks refused (is_valid)."""
+        self._pool_refused = False
+        """Whether the pool formset refused the pool itself (too few or many policies)."""
 
     @staticmethod
     def _choice(data: Any, name: str, initial: dict[str, Any]) -> str:
@@ -211,7 +217,7 @@ class ExperimentComposer:
                 # A hidden section has no bound form to hold the message.
                 self.form.add_error(None, f"{path_title(path)}: {readable_message(message)}")
             else:
-                self._attach(path, message)
+                self._attach(path, message, imported=True)
 
     def _all_forms(self) -> list[forms.BaseForm]:
         return [
@@ -223,18 +229,27 @@ class ExperimentComposer:
 
     # --- validation ---------------------------------------------------------------------
     def is_valid(self) -> bool:
+        """Check everything at once: every form's fields, then the trainer config built
+        from every field that passed (``RunConfig.from_dict``: ranges and cross-field
+        rules; a field with a message of its own is left at its default there and gets no
+        second one), the zoo models not built here, and the MWRA placement when the
+        resources and models it needs are readable. No stage waits for another to pass:
+        one Preview lists every problem."""
         if not self.is_bound:
             return False
         valid = self.form.is_valid()
         valid = self.resources.is_valid() and valid
-        valid = self.pool.is_valid() and valid
+        pool_valid = self.pool.is_valid()
+        valid = pool_valid and valid
         for section in self.sections:
             if section.relevant:
                 valid = section.form.is_valid() and valid
-        if not valid:
-            return False
         # Fixed now: attaching config errors below makes the formset invalid.
-        self.visible = self.pool.visible_forms()
+        self.visible = self.pool.visible_forms() if pool_valid else self._checked_policies()
+        self._field_errors = {
+            (id(form), name) for form in self._all_forms() for name in form.errors
+        }
+        self._pool_refused = bool(self.pool.non_form_errors())
         config = self._build_config()
         config_errors: dict[str, str] = {}
         try:
@@ -244,22 +259,68 @@ class ExperimentComposer:
             for path, message in config_errors.items():
                 self._attach(path, message)
             valid = False
-        try:
-            self.plan = self._plan(config["pool"])
-        except PlacementError as error:
-            if error.path not in config_errors:
-                self._attach(error.path, error.message)
+        for path, message in self._zoo_problems().items():
+            self._attach(path, message)
             valid = False
-        else:
-            for path, message in compile_without_gpu(config["pool"], self.plan).items():
-                if path not in config_errors:
-                    self._attach(path, message)
-                    valid = False
+        if self._can_plan():
+            try:
+                self.plan = self._plan(config["pool"])
+            except PlacementError as error:
+                if error.path not in config_errors:
+                    self._attach(error.path, error.message)
+                valid = False
+            else:
+                for path, message in compile_without_gpu(config["pool"], self.plan).items():
+                    if path not in config_errors:
+                        self._attach(path, message)
+                        valid = False
+        if valid and self.has_errors():  # a form's own check found more (defensive)
+            valid = False
         if valid:
             self.config = RunConfig.from_dict(config).to_dict()
+        else:
+            self.config = None
         return valid
 
+    def _checked_policies(self) -> list[PolicyForm]:
+        """The kept policies in their order on screen, when the formset has problems
+        (``visible_forms`` needs a valid one): a policy added and left blank counts only
+        when something was typed in it, as Django's formset counts it."""
+        return [
+            form
+            for form in self._kept_policies()
+            if not (form.empty_permitted and not form.has_changed())
+        ]
+
+    def _zoo_problems(self) -> dict[str, str]:
+        """``pool[i].model`` -> why: each zoo model the pool names that is not built in
+        the zoo the runs read (the build command said), checked on Preview and Save since
+        the run would fail on it a minute after launch."""
+        problems: dict[str, str] = {}
+        for index, form in enumerate(self.visible):
+            if form.resolved is None:
+                continue
+            problem = zoo_build_problem(form.resolved.source)
+            if problem:
+                problems[f"pool[{index}].model"] = problem
+        return problems
+
+    def _can_plan(self) -> bool:
+        """Whether MWRA has what it reads: every policy's model found, and the resources
+        it plans within (partition, GPUs, nodes, CPUs, memory) free of problems."""
+        if not self.visible or any(form.resolved is None for form in self.visible):
+            return False
+        needed = ("partition", "gpus", "nodes", "cpus_per_gpu", "cpus", "mem_gb")
+        cleaned = getattr(self.resources, "cleaned_data", {})
+        return (
+            "partition" in cleaned
+            and "gpus" in cleaned
+            and not any(name in self.resources.errors for name in needed)
+        )
+
     def _build_config(self) -> dict[str, Any]:
+        """The trainer JSON of every field that passed its own checks (the others are
+        left out: the config's default stands in while the rest is checked)."""
         config = self.form.config_values()
         config["pool"] = [form.to_policy() for form in self.visible]
         for section in self.sections:
@@ -271,11 +332,11 @@ class ExperimentComposer:
         self.parameters = [form.resolved.parameters() for form in self.visible]  # type: ignore[union-attr]
         demands = [
             PolicyDemand(
-                name=policy["name"],
+                name=str(policy.get("name") or f"policy-{index + 1}"),
                 parameter_count=count.value,
                 device_share=policy.get("device_share"),
             )
-            for policy, count in zip(pool, self.parameters, strict=True)
+            for index, (policy, count) in enumerate(zip(pool, self.parameters, strict=True))
         ]
         resources = self.resources.cleaned_data
         spec = self.resources.partitions[resources["partition"]]
@@ -291,7 +352,7 @@ class ExperimentComposer:
             mem_gb=resources.get("mem_gb"),
         )
 
-    def _attach(self, path: str, message: str) -> None:
+    def _attach(self, path: str, message: str, *, imported: bool = False) -> None:
         """Put a ConfigError / PlacementError message next to the field ``path`` names;
         a message with no field of its own starts with the path as the page names it
         ("Policy 2 · Learning rate: ...", never ``pool[1].lr``)."""
@@ -303,37 +364,49 @@ class ExperimentComposer:
             if index < len(self.visible):
                 form = self.visible[index]
                 if name in form.fields:
-                    form.add_error(name, message)
-                else:
-                    form.add_error(None, titled)
+                    self._add_error(form, name, message, imported)
+                else:  # shown on the policy, which the summary names ("Policy 2")
+                    form.add_error(None, message)
                 return
         if path == "pool":
-            self.pool._non_form_errors.append(message)  # type: ignore[union-attr]
+            if not self._pool_refused:  # else the formset said it (too few, too many)
+                self.pool._non_form_errors.append(message)  # type: ignore[union-attr]
             return
         if path.startswith("pool"):
             self.pool._non_form_errors.append(titled)  # type: ignore[union-attr]
             return
         if path == "nodes":
-            self.resources.add_error("nodes", message)
+            self._add_error(self.resources, "nodes", message, imported)
             return
         if path in {"gpus", "gpus_per_node"}:
-            self.resources.add_error("gpus", message)
+            self._add_error(self.resources, "gpus", message, imported)
             return
         head, _, rest = path.partition(".")
         field = re.sub(r"\[\d+\]$", "", rest)
         for section in self.sections:
             if section.name == head and rest:
                 if field in section.form.fields:
-                    section.form.add_error(field, message)
-                else:
-                    section.form.add_error(None, titled)
+                    self._add_error(section.form, field, message, imported)
+                else:  # shown on the section, which the summary names ("GRPO")
+                    section.form.add_error(None, message)
                 return
         if path == "seed":
-            self.form.add_error("seeds", message)
+            self._add_error(self.form, "seeds", message, imported)
         elif path in self.form.fields:
-            self.form.add_error(path, message)
+            self._add_error(self.form, path, message, imported)
         else:
             self.form.add_error(None, titled)
+
+    def _add_error(
+        self, form: forms.BaseForm, name: str, message: str, imported: bool = False
+    ) -> None:
+        """``message`` next to field ``name`` of ``form``, unless the field's own check
+        already refused what was typed: the config then held its default instead, so a
+        message about that value would be about a value nobody typed. (An ``imported``
+        config's message is about the value it holds: shown too.)"""
+        if (id(form), name) in self._field_errors and not imported:
+            return
+        form.add_error(name, message)
 
     # --- results -------------------------------------------------------------------------
     def save_kwargs(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 
 from trainer.models import TOKENIZER_FILES
 from trainer.mwra_counting import ParameterCount, parameter_count
-from trainer.zoo import ALL_ZOO_IDS, ZOO_PREFIX
+from trainer.zoo import ALL_ZOO_IDS, ZOO_PREFIX, build_command, default_zoo_dir
 from webapp.experiments.models import Lab, ModelEntry
 
 MAX_LISTED = 12
@@ -40,6 +40,32 @@ def source_problem(source: str) -> str | None:
             "give the directory that save_pretrained() wrote"
         )
     return None
+
+
+def zoo_root() -> Path:
+    """The zoo directory the runs read: ``settings.ZOO_DIR`` (``MRL_ZOO_DIR``), which
+    the job is given, else what the trainer defaults to (:func:`default_zoo_dir`)."""
+    configured = str(getattr(settings, "ZOO_DIR", "") or "")
+    return Path(configured).expanduser() if configured else default_zoo_dir()
+
+
+def zoo_build_problem(source: str) -> str | None:
+    """Why the zoo model ``source`` names cannot run yet (it is not built in
+    :func:`zoo_root`, with the command that builds it), or None (built, or no zoo model;
+    an unknown zoo id is :func:`source_problem`'s)."""
+    if not source.startswith(ZOO_PREFIX):
+        return None
+    zoo_id = source[len(ZOO_PREFIX) :]
+    if zoo_id not in ALL_ZOO_IDS:
+        return None
+    root = zoo_root()
+    if _is_file(root / zoo_id / "zoo.json"):
+        return None
+    return (
+        f"zoo model {zoo_id!r} is not built in {root}, so a run would fail when it starts: "
+        f"build it with `{build_command(zoo_id, root)}` (from the project directory), then "
+        "Preview again; or choose a built model"
+    )
 
 
 def tokenizer_problem(path: str) -> str | None:

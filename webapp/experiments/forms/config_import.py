@@ -104,21 +104,22 @@ def _is_unicode(text: str) -> bool:
 
 
 def config_problems(config: dict[str, Any]) -> dict[str, str]:
-    """What is wrong with an imported trainer config, by config path (``pool[1].lr``): what
-    ``RunConfig.from_dict`` reports, after a cheap screen for what the form refuses before
-    the trainer ever looks (integers beyond 32 bits, more than ``MAX_POOL`` policies), and
-    what is wrong with the task's data paths (:func:`task_data_problems`)."""
+    """What is wrong with an imported trainer config, by config path (``pool[1].lr``), all
+    of it at once: what the form refuses before the trainer ever looks (integers beyond 32
+    bits, more than ``MAX_POOL`` policies), what is wrong with the task's data paths
+    (:func:`task_data_problems`) and what ``RunConfig.from_dict`` reports (unknown fields
+    and wrong types with every range and rule), a path's first message only."""
     problems = _oversized(config, "")
     pool = config.get("pool")
     if isinstance(pool, list) and len(pool) > MAX_POOL:
         problems["pool"] = f"a pool has 1 to {MAX_POOL} policies; this one has {len(pool)}"
-    if problems:
-        return problems
-    problems = task_data_problems(config.get("task"))
+    found = dict(task_data_problems(config.get("task")))
     try:
         RunConfig.from_dict(config)
     except ConfigError as error:
-        return {**problems, **error.errors}
+        found.update(error.errors)
+    for path, message in found.items():
+        problems.setdefault(path, message)
     return problems
 
 

@@ -19,30 +19,66 @@ MAX_TAGS = 16
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``"0, 1, 2"`` -> ``[0, 1, 2]``: 1..32 distinct non-negative integers."""
+    """``"0, 1, 2"`` -> ``[0, 1, 2]``: 1..32 distinct non-negative integers.
+
+    Every problem of the list is reported at once (one message per kind, each naming
+    every item it is about), never only the first one found."""
     parts = [part for part in re.split(r"[\s,]+", text.strip()) if part]
     if not parts:
         raise ValidationError("give at least one seed, e.g. 0 or 0, 1, 2", code="required")
     seeds: list[int] = []
+    bad: list[str] = []
+    big: list[int] = []
+    duplicates: list[int] = []
     for part in parts:
         if not part.isdigit() or not part.isascii():
-            raise ValidationError(
+            bad.append(part)
+            continue
+        seed = int(part)  # at most 1,000 digits: the field's max_length
+        if seed > MAX_SEED:
+            big.append(seed)
+        elif seed in seeds:
+            if seed not in duplicates:
+                duplicates.append(seed)
+        else:
+            seeds.append(seed)
+    problems: list[ValidationError] = []
+    if bad:
+        named = ", ".join(repr(part) for part in bad)
+        problems.append(
+            ValidationError(
                 f"seeds are non-negative whole numbers separated by commas (e.g. 0, 1, 2); "
-                f"{part!r} is not one",
+                f"{named} {'is not one' if len(bad) == 1 else 'are not'}",
                 code="bad_seed",
             )
-        seed = int(part)
-        if seed > MAX_SEED:
-            raise ValidationError(f"seed {seed} is too large (at most {MAX_SEED})", code="big")
-        if seed in seeds:
-            raise ValidationError(
-                f"duplicate seed {seed}: each seed is one run, give each once", code="duplicate"
-            )
-        seeds.append(seed)
-    if len(seeds) > MAX_SEEDS:
-        raise ValidationError(
-            f"give 1 to {MAX_SEEDS} seeds (one run each); got {len(seeds)}", code="too_many"
         )
+    if big:
+        named = ", ".join(str(seed) for seed in big)
+        problems.append(
+            ValidationError(
+                f"seed {named} is too large (at most {MAX_SEED})"
+                if len(big) == 1
+                else f"seeds {named} are too large (at most {MAX_SEED})",
+                code="big",
+            )
+        )
+    if duplicates:
+        named = ", ".join(str(seed) for seed in duplicates)
+        problems.append(
+            ValidationError(
+                f"duplicate seed{'s' if len(duplicates) > 1 else ''} {named}: each seed is one "
+                "run, give each once",
+                code="duplicate",
+            )
+        )
+    if len(parts) > MAX_SEEDS:
+        problems.append(
+            ValidationError(
+                f"give 1 to {MAX_SEEDS} seeds (one run each); got {len(parts)}", code="too_many"
+            )
+        )
+    if problems:
+        raise ValidationError(problems)
     return seeds
 
 

@@ -69,9 +69,15 @@ class PolicyForm(ConfigForm):
         return [self[name] for name in self.ADVANCED if name in self.fields]
 
     def to_policy(self) -> dict[str, Any]:
-        """The policy's trainer JSON (a registry entry supplies tokenizer/chat template)."""
+        """The policy's trainer JSON (a registry entry supplies tokenizer/chat template).
+
+        Also for a form with problems (the composer checks the rest of the config in the
+        same round): a field that failed is left out, a model not found stays as typed."""
         policy = self.config_values()
-        assert self.resolved is not None
+        if self.resolved is None:
+            typed = str(self["model"].value() or "").strip()
+            policy["model"] = typed or policy.get("model", "")
+            return policy
         policy["model"] = self.resolved.source
         policy["tokenizer"] = policy.get("tokenizer") or self.resolved.tokenizer
         policy["chat_template"] = policy.get("chat_template") or self.resolved.chat_template
