@@ -25,7 +25,12 @@ Every field declares its ``metadata``, which the compose form reads too:
   ("replay_fraction (p) must be in [0, 1); got 2.0"); ``"why"``: a note that follows the
   range ("temperature must be > 0 (validation decodes greedily)"); ``"message"``: the
   whole sentence instead, for a rule better said in words ("G must be at least 2 for a
-  group baseline"); "; got <value>" ends each.
+  group baseline"); "; got <value>" ends each;
+- ``"usual"``: ``(low, high)``, the values a run usually takes, bounds included (a size
+  setting: ``lr``, ``group_size``, ``max_new_tokens``, ``steps``). Not a rule: a value
+  outside is allowed, but the compose page's Preview warns about it and asks for an
+  acknowledgement before Save (:func:`usual_problem`), and the form's help text names
+  the range (:func:`usual_text`).
 """
 
 from __future__ import annotations
@@ -105,17 +110,27 @@ class PolicyConfig:
         default=None, metadata={"help": "Jinja chat template; default: the tokenizer's own"}
     )
     lr: float = field(
-        default=1e-4, metadata={"help": "AdamW learning rate", "min": 0, "min_open": True}
+        default=1e-4,
+        metadata={
+            "help": "AdamW learning rate",
+            "min": 0,
+            "min_open": True,
+            "usual": (1e-7, 1e-3),
+        },
     )
     group_size: int = field(
         default=8,
         metadata={
             "help": "G: rollouts per prompt (>= 2)",
             "min": 2,
+            "usual": (2, 256),
             "message": "G must be at least 2 for a group baseline",
         },
     )
-    max_new_tokens: int = field(default=16, metadata={"help": "Response length limit", "min": 1})
+    max_new_tokens: int = field(
+        default=16,
+        metadata={"help": "Response length limit", "min": 1, "usual": (1, 32_768)},
+    )
     temperature: float = field(
         default=1.0,
         metadata={
@@ -383,6 +398,7 @@ class RunConfig:
             "help": "Training steps (RL; a regime may run extra steps after them: "
             "sequential_sft's sft_steps)",
             "min": 1,
+            "usual": (1, 100_000),
         },
     )
     prompts_per_step: int = field(
@@ -816,6 +832,34 @@ def bound_problem(name: str, metadata: Mapping[str, Any], value: Any) -> str | N
         why = f" {metadata['why']}" if metadata.get("why") else ""
         message = f"{name} must be {bounds.text()}{why}"
     return f"{message}; got {value}"
+
+
+def usual_range(metadata: Mapping[str, Any]) -> tuple[float, float] | None:
+    """The ``(low, high)`` a field's ``metadata["usual"]`` declares, or None."""
+    usual = metadata.get("usual")
+    if usual is None:
+        return None
+    low, high = usual
+    return float(low), float(high)
+
+
+def usual_text(metadata: Mapping[str, Any]) -> str:
+    """The usual range as the form's help text says it ("usual: 1e-07 to 0.001"), or ""."""
+    usual = usual_range(metadata)
+    if usual is None:
+        return ""
+    return f"usual: {_number(usual[0])} to {_number(usual[1])}"
+
+
+def usual_problem(name: str, metadata: Mapping[str, Any], value: Any) -> str | None:
+    """A warning for ``value`` outside the usual range that field ``name``'s ``metadata``
+    declares ("lr is 1000.0, far outside the usual 1e-07 to 0.001"), or None (usual, no
+    usual range, not a number). A warning, not an error: the value is allowed."""
+    usual = usual_range(metadata)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if usual is None or not number or usual[0] <= value <= usual[1]:
+        return None
+    return f"{name} is {value}, far outside the usual {_number(usual[0])} to {_number(usual[1])}"
 
 
 def _number(value: float) -> str:

@@ -30,6 +30,7 @@ from trainer.config import OFF_POLICY, ConfigError, RunConfig
 from trainer.mwra import PlacementError, PlacementPlan, PolicyDemand, plan_placement
 from trainer.mwra_counting import ParameterCount
 from trainer.regimes import regime_names
+from webapp.experiments.compose_sizes import ACKNOWLEDGE_LABEL, SizeReport, size_report
 from webapp.experiments.compose_sources import ModelResolver, zoo_build_problem
 from webapp.experiments.configform import (
     ConfigForm,
@@ -110,6 +111,7 @@ class ExperimentComposer:
     ) -> None:
         self.resolver = ModelResolver(lab)
         self.is_bound = data is not None
+        self.data = data
         base = experiment or clone_of
         if initial is None:
             initial = (
@@ -145,6 +147,10 @@ class ExperimentComposer:
             self.sections.append(Section(name, title, description, switch, form, relevant))
         self.config: dict[str, Any] | None = None
         self.plan: PlacementPlan | None = None
+        self.sizes: SizeReport | None = None
+        """Preview's size estimate and warnings of a valid config (is_valid)."""
+        self.sizes_refused = False
+        """Whether Save was refused for warnings not acknowledged (the views set it)."""
         self.parameters: list[ParameterCount] = []
         self.visible: list[PolicyForm] = []
         self._field_errors: set[tuple[int, str]] = set()
@@ -278,9 +284,66 @@ class ExperimentComposer:
             valid = False
         if valid:
             self.config = RunConfig.from_dict(config).to_dict()
+            self.sizes = self._size_report()
         else:
             self.config = None
+            self.sizes = None
         return valid
+
+    # --- sizes a person would question ----------------------------------------------------
+    acknowledge_label = ACKNOWLEDGE_LABEL
+    ACKNOWLEDGE_FIELD = "sizes_checked"
+
+    def _size_report(self) -> SizeReport:
+        assert self.config is not None and self.plan is not None
+        resources = self.resources.cleaned_data
+        return size_report(
+            self.config,
+            [count.value for count in self.parameters],
+            self.plan,
+            resources,
+            self.resources.partitions.get(resources["partition"], {}),
+        )
+
+    @property
+    def size_warnings(self) -> tuple[str, ...]:
+        return self.sizes.warnings if self.sizes else ()
+
+    def sizes_acknowledged(self) -> bool:
+        """Whether Save may go ahead on the sizes (after :meth:`is_valid`): no warnings, or
+        "I have checked these sizes" ticked on a page that showed these same warnings (the
+        checkbox carries their digest: an edit that changes them needs a new tick)."""
+        if not self.size_warnings:
+            return True
+        assert self.sizes is not None
+        return self.acknowledgement() == self.sizes.digest
+
+    def acknowledgement(self) -> str:
+        """The digest the acknowledgement checkbox sent ("" when it was not ticked)."""
+        if self.data is None:
+            return ""
+        return str(self.data.get(self.ACKNOWLEDGE_FIELD) or "")
+
+    @property
+    def sizes_ticked(self) -> bool:
+        """Whether the checkbox shows ticked: sent with the digest of these warnings."""
+        return bool(self.sizes) and self.acknowledgement() == self.sizes.digest  # type: ignore[union-attr]
+
+    @property
+    def sizes_refusal(self) -> str:
+        """Why Save saved nothing, after the views refused it (else "")."""
+        if not self.sizes_refused:
+            return ""
+        if self.acknowledgement():
+            return (
+                "Nothing was saved: the sizes changed since you ticked "
+                f"\u201c{ACKNOWLEDGE_LABEL}\u201d. Check the warnings below, tick it again "
+                "and press Save."
+            )
+        return (
+            f"Nothing was saved: these sizes need a second look. Tick \u201c{ACKNOWLEDGE_LABEL}"
+            "\u201d under the warnings below, then press Save."
+        )
 
     def _checked_policies(self) -> list[PolicyForm]:
         """The kept policies in their order on screen, when the formset has problems

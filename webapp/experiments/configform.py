@@ -39,7 +39,14 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 
-from trainer.config import OFF_POLICY, Bounds, PolicyConfig, RunConfig, bound_problem
+from trainer.config import (
+    OFF_POLICY,
+    Bounds,
+    PolicyConfig,
+    RunConfig,
+    bound_problem,
+    usual_text,
+)
 from trainer.regimes import regime_spec, regimes
 from trainer.regimes import section_names as regime_section_names
 
@@ -104,7 +111,7 @@ def config_fields(cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> l
                 kind=kind,
                 optional=optional,
                 default=default,
-                help=readable_doc(raw_help),
+                help=_with_usual(readable_doc(raw_help), spec.metadata),
                 choices=(tuple(spec.metadata.get("choices", ())) or _choices(raw_help))
                 if kind == "str"
                 else None,
@@ -114,6 +121,15 @@ def config_fields(cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> l
             )
         )
     return result
+
+
+def _with_usual(help_text: str, metadata: Mapping[str, Any]) -> str:
+    """The help text with the field's usual range, if it declares one (``metadata["usual"]``,
+    which Preview's size warnings read too): "AdamW learning rate; usual: 1e-07 to 0.001"."""
+    usual = usual_text(metadata)
+    if not usual:
+        return help_text
+    return f"{help_text}; {usual}" if help_text else usual[0].upper() + usual[1:]
 
 
 def section_names() -> list[str]:

@@ -34,7 +34,7 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
         return _import(request, lab=lab, experiment=None)
     data = request.POST if request.method == "POST" else None
     composer = ExperimentComposer(data, lab=clone_of.lab if clone_of else lab, clone_of=clone_of)
-    if data is not None and composer.is_valid() and request.POST.get("action") == SAVE:
+    if _may_save(request, composer):
         experiment = services.experiment_create(
             owner=request.user,
             lab=clone_of.lab if clone_of else lab,
@@ -54,11 +54,25 @@ def experiment_edit(request: HttpRequest, pk: int) -> HttpResponse:
         return _import(request, lab=experiment.lab, experiment=experiment)
     data = request.POST if request.method == "POST" else None
     composer = ExperimentComposer(data, lab=experiment.lab, experiment=experiment)
-    if data is not None and composer.is_valid() and request.POST.get("action") == SAVE:
+    if _may_save(request, composer):
         services.experiment_update(experiment, **_save_kwargs(composer))
         messages.success(request, f"Saved experiment {experiment.name}.")
         return redirect(experiment.get_absolute_url())
     return _render_form(request, composer, experiment=experiment, clone_of=None)
+
+
+def _may_save(request: HttpRequest, composer: ExperimentComposer) -> bool:
+    """Whether this request saves: a Save of a valid page whose size warnings, if any,
+    were acknowledged ("I have checked these sizes"). A Save refused for the sizes
+    re-renders the page with its preview, the warnings and why nothing was saved."""
+    if not composer.is_bound or not composer.is_valid():
+        return False
+    if request.POST.get("action") != SAVE:
+        return False
+    if composer.sizes_acknowledged():
+        return True
+    composer.sizes_refused = True
+    return False
 
 
 def _save_kwargs(composer: ExperimentComposer) -> dict[str, Any]:
