@@ -32,6 +32,9 @@ TASK_FILE_CHECK = "scheduler.tasks.task_file_check"
 (:func:`webapp.experiments.suite_checks.refresh`)."""
 TASK_FILE_CHECKS_SYNC = "scheduler.tasks.task_file_checks_sync"
 """Beat's run of the file checks whose message was lost (never sent)."""
+ZOO_BUILD = "scheduler.tasks.zoo_build"
+"""Building a zoo recipe, from the compose page's button
+(:mod:`webapp.experiments.zoo_builds`)."""
 
 
 def enqueue_submit(run: Run) -> None:
@@ -54,6 +57,17 @@ def enqueue_file_checks(check_ids: list[int]) -> None:
     lost message leaves the check pending; beat's sync runs it a minute later)."""
     for check_id in check_ids:
         transaction.on_commit(lambda check_id=check_id: send(TASK_FILE_CHECK, check_id))
+
+
+def send_zoo_build(recipe: str, zoo_dir: str) -> bool:
+    """Send ``zoo_build`` for ``recipe`` into ``zoo_dir`` now (the claim is a file, no
+    transaction to wait for); False when the broker refused it (logged)."""
+    try:
+        celery_app.send_task(ZOO_BUILD, args=[recipe, zoo_dir])
+    except Exception as exc:  # noqa: BLE001 - any broker failure: the page says so
+        log.warning("could not enqueue %s for %s: %s", ZOO_BUILD, recipe, exc)
+        return False
+    return True
 
 
 def send(task_name: str, object_id: int) -> None:

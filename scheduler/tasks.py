@@ -13,7 +13,7 @@ from django.conf import settings
 from scheduler import cancel, dispatch, evaluations, packing, submit, sync, watchdog
 from scheduler.backends import BackendError
 from webapp.core.services import heartbeat_record
-from webapp.experiments import suite_checks
+from webapp.experiments import suite_checks, zoo_builds
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,13 @@ def task_file_checks_sync() -> int:
     for check_id in stale:
         suite_checks.refresh(check_id)
     return len(stale)
+
+
+@shared_task(name=dispatch.ZOO_BUILD)
+def zoo_build(recipe: str, zoo_dir: str) -> str:
+    """Build the zoo recipe ``recipe`` into ``zoo_dir`` (the compose page's "Build" button),
+    recording its progress for the page; "ready" or "failed"."""
+    return zoo_builds.run_build(recipe, zoo_dir)
 
 
 @shared_task(bind=True, name=dispatch.RUN_CANCEL, max_retries=MAX_RETRIES)

@@ -272,7 +272,7 @@ def test_the_state_changing_views_are_all_found(charlie: User, objects: dict[str
         *("experiments:model_delete", "login", "logout", "api:ingest"),
         *("experiments:suite_create", "experiments:suite_edit", "experiments:suite_delete"),
         *("experiments:run_evaluate", "experiments:evaluation_cancel"),
-        "experiments:experiment_auto_eval",
+        *("experiments:experiment_auto_eval", "experiments:zoo_build"),
     } <= found
 
 

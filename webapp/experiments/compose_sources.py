@@ -18,8 +18,10 @@ from django.core.exceptions import ValidationError
 
 from trainer.models import TOKENIZER_FILES
 from trainer.mwra_counting import ParameterCount, parameter_count
-from trainer.zoo import ALL_ZOO_IDS, ZOO_PREFIX, build_command, default_zoo_dir
+from trainer.zoo import ALL_ZOO_IDS, ZOO_PREFIX, build_command
+from webapp.experiments import zoo_builds
 from webapp.experiments.models import Lab, ModelEntry
+from webapp.experiments.zoo_builds import recipe_of, zoo_root
 
 MAX_LISTED = 12
 
@@ -42,17 +44,11 @@ def source_problem(source: str) -> str | None:
     return None
 
 
-def zoo_root() -> Path:
-    """The zoo directory the runs read: ``settings.ZOO_DIR`` (``MRL_ZOO_DIR``), which
-    the job is given, else what the trainer defaults to (:func:`default_zoo_dir`)."""
-    configured = str(getattr(settings, "ZOO_DIR", "") or "")
-    return Path(configured).expanduser() if configured else default_zoo_dir()
-
-
 def zoo_build_problem(source: str) -> str | None:
     """Why the zoo model ``source`` names cannot run yet (it is not built in
-    :func:`zoo_root`, with the command that builds it), or None (built, or no zoo model;
-    an unknown zoo id is :func:`source_problem`'s)."""
+    :func:`zoo_root`, with the command that builds it; or its recipe is being built, with
+    how far, :mod:`webapp.experiments.zoo_builds`), or None (built, or no zoo model; an
+    unknown zoo id is :func:`source_problem`'s)."""
     if not source.startswith(ZOO_PREFIX):
         return None
     zoo_id = source[len(ZOO_PREFIX) :]
@@ -61,10 +57,22 @@ def zoo_build_problem(source: str) -> str | None:
     root = zoo_root()
     if _is_file(root / zoo_id / "zoo.json"):
         return None
+    recipe = recipe_of(zoo_id) or "default"
+    building = zoo_builds.active_status(recipe, root)
+    if building is not None:
+        return (
+            f"zoo model {zoo_id!r} is being built: {building.progress} (the {recipe} zoo, "
+            f"into {root}, started {building.started}); a run cannot use it until it is "
+            "built: Preview again then"
+        )
+    last = zoo_builds.load(recipe, root)
+    failed = ""
+    if last is not None and last.state == "failed":
+        failed = f" (the last build of the {recipe} zoo failed: {last.error})"
     return (
         f"zoo model {zoo_id!r} is not built in {root}, so a run would fail when it starts: "
         f"build it with `{build_command(zoo_id, root)}` (from the project directory), then "
-        "Preview again; or choose a built model"
+        f"Preview again; or choose a built model{failed}"
     )
 
 

@@ -9,6 +9,7 @@ from webapp.experiments import (
     views_evals,
     views_pages,
     views_suites,
+    views_zoo,
 )
 
 app_name = "experiments"
@@ -54,6 +55,8 @@ urlpatterns = [
     path("models/new/", views_compose.model_create, name="model_create"),
     path("models/<int:pk>/edit/", views_compose.model_edit, name="model_edit"),
     path("models/<int:pk>/delete/", views_compose.model_delete, name="model_delete"),
+    # building a zoo recipe (the compose page's button)
+    path("zoo/build/", views_zoo.zoo_build, name="zoo_build"),
     # evaluation suites
     path("suites/", views_suites.suite_list, name="suite_list"),
     path("suites/new/", views_suites.suite_create, name="suite_create"),
