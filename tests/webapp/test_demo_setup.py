@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -20,19 +22,30 @@ def test_it_creates_the_user_registry_and_sweep_once(
     with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
         call_command("demo_setup", "--sweep", stdout=out)
     assert len(callbacks) == 2  # one run_submit per run, sent once the launch commits
-    assert sorted(ModelEntry.objects.values_list("source", flat=True)) == [
-        "zoo:tiny-gpt2-unigram",
-        "zoo:tiny-llama-char",
-        "zoo:tiny-qwen-bpe",
+    entries = ModelEntry.objects.order_by("source").values_list("source", "family")
+    assert list(entries) == [
+        ("zoo:tiny-gpt2-unigram", "gpt2"),
+        ("zoo:tiny-gpt2-unigram-nohundreds", "gpt2"),
+        ("zoo:tiny-llama-char", "llama"),
+        ("zoo:tiny-llama-char-sum", "llama"),
+        ("zoo:tiny-qwen-bpe", "qwen2"),
+        ("zoo:tiny-qwen-bpe-nocarry", "qwen2"),
     ]
     experiments = Experiment.objects.order_by("name")
     assert [(e.name, e.regime, e.owner.username) for e in experiments] == [
         ("demo-sgt", "sgt", "demo"),
         ("demo-standalone", "standalone", "demo"),
     ]
-    for experiment in experiments:
-        assert len(experiment.config["pool"]) == 3
-        RunConfig.from_dict(experiment.config)
+    for experiment in experiments:  # the gap pool, as examples/gap.json runs it
+        config = RunConfig.from_dict(experiment.config)
+        assert [policy.model for policy in config.pool] == [
+            "zoo:tiny-llama-char-sum",
+            "zoo:tiny-qwen-bpe-nocarry",
+            "zoo:tiny-gpt2-unigram-nohundreds",
+        ]
+        assert config.task.kind == "addition_slices" and config.steps == 60
+        example = RunConfig.from_dict(json.loads(Path("examples/gap.json").read_text()))
+        assert config.pool == example.pool and config.sections == example.sections
     runs = Run.objects.all()
     assert sorted((r.regime, r.state, r.backend) for r in runs) == [
         ("sgt", "queued", "local"),
@@ -43,4 +56,4 @@ def test_it_creates_the_user_registry_and_sweep_once(
 
     call_command("demo_setup", "--sweep", stdout=io.StringIO())
     assert Experiment.objects.count() == 2 and Run.objects.count() == 2
-    assert ModelEntry.objects.count() == 3
+    assert ModelEntry.objects.count() == 6

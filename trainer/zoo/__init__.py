@@ -64,9 +64,11 @@ def build_zoo(
     ids: Sequence[str] | None = None,
     force: bool = False,
     log: Callable[[str], None] = print,
+    on_ready: Callable[[str], None] | None = None,
 ) -> dict[str, Path]:
     """Build the zoo policies ``ids`` (default: the normal zoo, :data:`ZOO_IDS`) into
-    ``zoo_dir/<id>``; return id -> dir.
+    ``zoo_dir/<id>``; return id -> dir. ``on_ready(id)`` is called as each policy is
+    found current or finishes building (a progress display's hook).
 
     A policy already built from the same seed, recipe and build version is reused unless
     ``force``. Builds are atomic: an interrupted build leaves no directory named ``<id>``.
@@ -80,11 +82,13 @@ def build_zoo(
         _check_id(zoo_id)
     tiny = tuple(zoo_id for zoo_id in chosen if zoo_id not in SHAPE_IDS)
     shapes = tuple(zoo_id for zoo_id in chosen if zoo_id in SHAPE_IDS)
-    built = build_all(Path(zoo_dir), seed, tiny, force, log) if tiny else {}
+    built = build_all(Path(zoo_dir), seed, tiny, force, log, on_ready) if tiny else {}
     if shapes:  # opt-in: big random-init models with real shapes (trainer.zoo.shapes)
         from trainer.zoo.shapes import build_shapes
 
         built |= build_shapes(Path(zoo_dir), seed=seed, ids=shapes, force=force, log=log)
+        for zoo_id in shapes if on_ready else ():
+            on_ready(zoo_id)
     return {zoo_id: built[zoo_id] for zoo_id in chosen}
 
 

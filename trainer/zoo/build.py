@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -395,8 +395,10 @@ def build_all(
     ids: Sequence[str],
     force: bool,
     log: Callable[[str], None],
+    on_ready: Callable[[str], None] | None = None,
 ) -> dict[str, Path]:
-    """Build the missing or stale policies of ``ids`` (all of them with ``force``).
+    """Build the missing or stale policies of ``ids`` (all of them with ``force``);
+    ``on_ready(id)`` as each is found current or built.
 
     Builders of one ``zoo_dir`` take turns (an exclusive lock on ``zoo_dir/.build.lock``):
     a second process asking for the same policies waits for the first and reuses them
@@ -404,7 +406,7 @@ def build_all(
     """
     zoo_dir.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(zoo_dir / ".build.lock"):
-        return _build_missing(zoo_dir, seed, ids, force, log)
+        return _build_missing(zoo_dir, seed, ids, force, log, on_ready or (lambda _id: None))
 
 
 @contextmanager
@@ -425,13 +427,19 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
 
 
 def _build_missing(
-    zoo_dir: Path, seed: int, ids: Sequence[str], force: bool, log: Callable[[str], None]
+    zoo_dir: Path,
+    seed: int,
+    ids: Sequence[str],
+    force: bool,
+    log: Callable[[str], None],
+    on_ready: Callable[[str], None],
 ) -> dict[str, Path]:
     todo = [zoo_id for zoo_id in ids if force or not is_current(zoo_dir / zoo_id, zoo_id, seed)]
     for zoo_id in ids:
         if zoo_id not in todo:
             _readable_if_ours(zoo_dir / zoo_id)
             log(f"zoo: {zoo_id} is up to date in {zoo_dir / zoo_id}")
+            on_ready(zoo_id)
     if todo:
         log(f"zoo: building {', '.join(todo)} into {zoo_dir} (seed {seed})")
         for manifest in _run_builds(todo, zoo_dir, seed):
@@ -440,6 +448,7 @@ def _build_missing(
                 f"SFT val accuracy {manifest['sft_val_accuracy']:.2f}, "
                 f"{manifest['build_seconds']} s"
             )
+            on_ready(manifest["id"])
     return {zoo_id: zoo_dir / zoo_id for zoo_id in ids}
 
 
@@ -459,7 +468,7 @@ def _run_builds(todo: Sequence[str], zoo_dir: Path, seed: int) -> Iterator[dict[
     ordered = sorted(todo, key=lambda zoo_id: -_cost(RECIPES[zoo_id]))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(_build_in_child, zoo_id, zoo_dir, seed) for zoo_id in ordered]
-        for future in futures:
+        for future in as_completed(futures):  # as each finishes: a progress display's pace
             yield future.result()
 
 

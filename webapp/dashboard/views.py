@@ -6,6 +6,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from webapp.core.demo_status import demo_status
 from webapp.core.selectors import heartbeat_latest, service_is_online
 from webapp.experiments.permissions import visible_experiments, visible_runs
 
@@ -14,6 +15,7 @@ from webapp.experiments.permissions import visible_experiments, visible_runs
 def index(request: HttpRequest) -> HttpResponse:
     """The lab's latest experiments and runs, and whether the system is healthy."""
     context = {
+        "demo": demo_status(),
         "experiments": visible_experiments(request.user).select_related("owner")[:10],
         "runs": visible_runs(request.user).select_related("experiment")[:10],
         "system": {

@@ -1,8 +1,16 @@
 """Prepare the embedded demo: a demo user in the lab, the tiny zoo in the registry, the
 trainer's synthetic evaluation suite (written to ``<var>/suites/synthetic``) in the suite
-registry and, with ``--sweep``, a demo sweep: one 3-policy pool trained under
-``standalone`` and under ``sgt`` on the local backend (CPU, a few minutes), launched at
-once; each run is evaluated on the synthetic suite when it completes.
+registry and, with ``--sweep``, a demo sweep: the systematic-gap pool (``trainer zoo
+build --recipe gap``: a clean policy and two that each always make one carry mistake)
+trained under ``standalone`` and under ``sgt`` on the local backend (CPU, a few minutes),
+launched at once; each run is evaluated on the synthetic suite when it completes. The
+gap pool is where sharing visibly pays (bench/RESULTS.md, "Sharing on a systematic-gap
+pool"): under SGT ``qwen-nocarry`` learns the carry slice that standalone GRPO never
+does.
+
+With ``--build-zoo`` it first builds the zoo models the demo needs, recording its progress
+for the home page (:mod:`webapp.core.demo_status`): scripts/demo runs it so in the
+background, after the app is serving.
 
 Idempotent: running it again changes nothing (the sweep is launched only once).
 """
@@ -18,33 +26,41 @@ from django.core.management.base import BaseCommand, CommandParser
 from scheduler.launch import experiment_launch
 from trainer.evals.suite import SuiteConfig
 from trainer.evals.synthetic import write_synthetic_suite
-from trainer.zoo import ZOO_IDS
+from trainer.zoo import GAP_IDS, ZOO_IDS, build_zoo, default_zoo_dir
+from webapp.core.demo_status import DemoStatus
 from webapp.experiments.models import EvalSuite, Experiment, Lab, ModelEntry, Run
 from webapp.experiments.services import experiment_create, lab_join
 
-ZOO_FAMILIES = {"tiny-llama-char": "llama", "tiny-qwen-bpe": "qwen2", "tiny-gpt2-unigram": "gpt2"}
-
+ZOO_FAMILIES = {"llama": "llama", "qwen": "qwen2", "gpt2": "gpt2"}
+"""Each zoo id's family, by the family word in it (``tiny-qwen-bpe-nocarry``: qwen2)."""
 
 DEMO_POOL = [
-    {"name": "llama-char", "model": "zoo:tiny-llama-char", "lr": 3e-4},
-    {"name": "qwen-bpe", "model": "zoo:tiny-qwen-bpe", "lr": 3e-4},
-    {"name": "gpt2-unigram", "model": "zoo:tiny-gpt2-unigram", "lr": 3e-4},
+    {"name": "llama-sum", "model": "zoo:tiny-llama-char-sum"},
+    {"name": "qwen-nocarry", "model": "zoo:tiny-qwen-bpe-nocarry"},
+    {"name": "gpt2-nohundreds", "model": "zoo:tiny-gpt2-unigram-nohundreds"},
 ]
 DEMO_REGIMES = ("standalone", "sgt")
 
 
 def demo_config(regime: str) -> dict[str, Any]:
-    """A pool that learns visibly within a few minutes on two CPU cores."""
+    """The gap pool as bench/regimes.py --pool gap runs it (examples/gap.json): 60 steps of
+    16 prompts, lr 1e-4, 100 validation problems a slice every 10 steps."""
+    pool = [{**policy, "lr": 1e-4, "group_size": 8, "max_new_tokens": 12} for policy in DEMO_POOL]
     return {
         "name": f"demo-{regime}",
         "regime": regime,
-        "pool": DEMO_POOL,
-        "task": {"levels": [1, 2, 3], "val_size": 32},
-        "steps": 100,
+        "pool": pool,
+        "task": {"kind": "addition_slices", "val_size": 400},
+        "sgt": {"lambda_sgt": 0.1, "k_sgt": 1},
+        "steps": 60,
         "prompts_per_step": 16,
         "val_every": 10,
         "checkpoint_every": 20,
     }
+
+
+def zoo_family(zoo_id: str) -> str:
+    return next((family for word, family in ZOO_FAMILIES.items() if word in zoo_id), "")
 
 
 class Command(BaseCommand):
@@ -56,31 +72,81 @@ class Command(BaseCommand):
         parser.add_argument(
             "--sweep", action="store_true", help="create and launch the demo sweep (once)"
         )
+        parser.add_argument(
+            "--build-zoo",
+            action="store_true",
+            help="first build the tiny zoo and the gap pool (if needed) into $MRL_ZOO_DIR, "
+            "recording the progress the home page shows (<var>/demo-setup.json)",
+        )
 
-    def handle(self, *args: Any, username: str, password: str, sweep: bool, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        username: str,
+        password: str,
+        sweep: bool,
+        build_zoo: bool,
+        **options: Any,
+    ) -> None:
+        status = DemoStatus(models=list(ZOO_IDS + GAP_IDS)) if build_zoo else None
+        try:
+            if status is not None:
+                self._build_zoo(status)
+            runs = self._setup(username, password, sweep)
+        except Exception as error:
+            if status is not None:
+                status.state = "failed"
+                status.error = (str(error) or type(error).__name__).splitlines()[0][:300]
+                status.save()
+            raise
+        if status is not None:
+            status.state = "launched"
+            status.runs = [
+                {"regime": run.regime, "id": run.pk, "url": run.get_absolute_url()} for run in runs
+            ]
+            status.save()
+
+    def _build_zoo(self, status: DemoStatus) -> None:
+        """Build the zoo models the demo needs (the normal zoo for the compose form's
+        examples, the gap pool for its runs), saving each step for the home page."""
+        status.save()
+
+        def ready(zoo_id: str) -> None:
+            status.ready.append(zoo_id)
+            status.save()
+
+        zoo_dir = default_zoo_dir()
+        build_zoo(zoo_dir, ids=ZOO_IDS, log=self.stdout.write, on_ready=ready)
+        build_zoo(zoo_dir, ids=GAP_IDS, log=self.stdout.write, on_ready=ready)
+
+    def _setup(self, username: str, password: str, sweep: bool) -> list[Run]:
         user_model = get_user_model()
         user, created = user_model.objects.get_or_create(username=username)
         if created:
             user.set_password(password)
             user.save(update_fields=["password"])
         lab = lab_join(user)
-        for zoo_id in ZOO_IDS:
+        for zoo_id in ZOO_IDS + GAP_IDS:
+            recipe = " --recipe gap" if zoo_id in GAP_IDS else ""
             ModelEntry.objects.get_or_create(
                 lab=lab,
                 name=zoo_id,
                 defaults={
                     "owner": user,
                     "source": f"zoo:{zoo_id}",
-                    "family": ZOO_FAMILIES.get(zoo_id, ""),
-                    "notes": "Tiny zoo model built by `python -m trainer zoo build`.",
+                    "family": zoo_family(zoo_id),
+                    "notes": f"Tiny zoo model built by `python -m trainer zoo build{recipe}`.",
                 },
             )
         suite = self._demo_suite(user, lab)
         state = "created" if created else "exists"
         self.stdout.write(f"demo user {username!r} {state}; log in with password {password!r}")
-        if sweep:
-            for run in self._demo_sweep(user, suite):
-                self.stdout.write(f"  {run.regime:<10} run {run.pk}: {run.get_absolute_url()}")
+        if not sweep:
+            return []
+        runs = self._demo_sweep(user, suite)
+        for run in runs:
+            self.stdout.write(f"  {run.regime:<10} run {run.pk}: {run.get_absolute_url()}")
+        return runs
 
     def _demo_suite(self, user: Any, lab: Lab) -> EvalSuite:
         """The synthetic suite (seed 0, 32 items a task) in the lab's suite registry."""
@@ -109,7 +175,8 @@ class Command(BaseCommand):
                     config=demo_config(regime),
                     seeds=[0],
                     resources={"backend": "local", "partition": "local"},
-                    description="The embedded demo: standalone GRPO vs success-gated transfer.",
+                    description="The embedded demo: standalone GRPO vs success-gated "
+                    "transfer on the systematic-gap pool (see val/reward@1/carry).",
                     tags=["demo"],
                     auto_eval_suite=suite,
                 )

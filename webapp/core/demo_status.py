@@ -1,0 +1,89 @@
+"""What the embedded demo's setup is doing, for the home page: ``make demo`` serves the app
+at once and builds the tiny zoo and launches the demo runs in the background
+(``manage.py demo_setup --build-zoo --sweep``), which records its progress here, in
+``<var>/demo-setup.json`` (written atomically; one writer).
+
+States: ``building`` (the zoo: which models are ready, of how many), ``launched`` (the
+demo runs, with their pages), ``failed`` (the first line of the error; the log has the
+rest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+LOG_NAME = "log/demo-setup.log"
+"""Where scripts/demo sends the background setup's output, under the var directory."""
+
+
+def status_path() -> Path:
+    return Path(settings.VAR_DIR) / "demo-setup.json"
+
+
+@dataclass
+class DemoStatus:
+    """The demo setup's progress, as the home page shows it."""
+
+    state: str = "building"
+    """building, launched or failed."""
+    ready: list[str] = field(default_factory=list)
+    """Zoo models ready (built now or found current), in the order they became ready."""
+    models: list[str] = field(default_factory=list)
+    """Every zoo model the demo needs."""
+    started_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """The demo runs once launched: {"regime", "id", "url"}."""
+    error: str = ""
+    pid: int = field(default_factory=os.getpid)
+    """The setup's process: a ``building`` status whose process is gone was interrupted."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Building, but its process is gone (Ctrl-C during the build, a crash)."""
+        if self.state != "building":
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    @property
+    def waiting(self) -> list[str]:
+        return [model for model in self.models if model not in self.ready]
+
+    @property
+    def elapsed_s(self) -> int:
+        return int(max(0.0, self.updated_at - self.started_at))
+
+    @property
+    def log_path(self) -> str:
+        return str(Path(settings.VAR_DIR) / LOG_NAME)
+
+    def save(self) -> None:
+        """Write the status atomically (a reader never sees half of it)."""
+        self.updated_at = time.time()
+        path = status_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(asdict(self)))
+        os.replace(partial, path)
+
+
+def demo_status() -> DemoStatus | None:
+    """The recorded status, or None when no demo setup ran (or its file is unreadable)."""
+    try:
+        data = json.loads(status_path().read_text())
+        return DemoStatus(**data)
+    except (OSError, ValueError, TypeError):
+        return None
