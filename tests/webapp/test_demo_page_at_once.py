@@ -52,15 +52,16 @@ def test_the_background_setup_records_each_model_then_the_runs(
     monkeypatch.setattr(DemoStatus, "save", recording_save)
     with django_capture_on_commit_callbacks():
         call_command("demo_setup", "--build-zoo", "--sweep", stdout=io.StringIO())
-    models = len(ZOO_IDS + GAP_IDS)
-    # Saved before anything is ready, once per model, then launched.
-    assert seen == [("building", n) for n in range(models + 1)] + [("launched", models)]
+    # Saved before anything is ready, once per gap model, launched, then the normal zoo.
+    gap, every = len(GAP_IDS), len(GAP_IDS + ZOO_IDS)
+    building = [("building", n) for n in range(gap + 1)]
+    assert seen == building + [("launched", n) for n in range(gap, every + 1)]
     status = demo_status.demo_status()
     assert status is not None and sorted(status.ready) == sorted(ZOO_IDS + GAP_IDS)
     assert [run["regime"] for run in status.runs] == ["standalone", "sgt"]
     user = User.objects.get(username="demo")
     shown = home_text(Client(), user)
-    assert "The demo runs: " in shown
+    assert "The demo runs: " in shown and "Every zoo model is ready" in shown
     for run in status.runs:
         assert f'<a href="{run["url"]}">{run["regime"]}</a>' in shown
 
@@ -74,8 +75,9 @@ def test_the_home_page_shows_the_build_in_progress_and_reloads(
     shown = home_text(client, alice)
     waiting = ", ".join(ZOO_IDS[2:] + GAP_IDS)
     assert (
-        "Setting up the demo: building the tiny zoo, <strong>2 of 6 models ready</strong> "
-        f"(building {waiting}), 4"
+        "Setting up the demo: building the gap pool the demo runs train, <strong>2 of 6 models "
+        "ready</strong> "
+        f"(not ready yet: {waiting}), 4"
     ) in shown
     assert "window.location.reload()" in shown
 

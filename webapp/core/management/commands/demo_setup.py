@@ -8,8 +8,9 @@ gap pool is where sharing visibly pays (bench/RESULTS.md, "Sharing on a systemat
 pool"): under SGT ``qwen-nocarry`` learns the carry slice that standalone GRPO never
 does.
 
-With ``--build-zoo`` it first builds the zoo models the demo needs, recording its progress
-for the home page (:mod:`webapp.core.demo_status`): scripts/demo runs it so in the
+With ``--build-zoo`` it builds the zoo models the demo needs, recording its progress for
+the home page (:mod:`webapp.core.demo_status`): the gap pool, then it launches the runs,
+then the normal zoo (the compose form's examples). scripts/demo runs it so in the
 background, after the app is serving.
 
 Idempotent: running it again changes nothing (the sweep is launched only once).
@@ -88,36 +89,36 @@ class Command(BaseCommand):
         build_zoo: bool,
         **options: Any,
     ) -> None:
-        status = DemoStatus(models=list(ZOO_IDS + GAP_IDS)) if build_zoo else None
+        status = DemoStatus(models=list(GAP_IDS)) if build_zoo else None
         try:
-            if status is not None:
-                self._build_zoo(status)
+            if status is not None:  # the demo runs' pool first: their curves come sooner
+                status.save()
+                self._build(status, GAP_IDS)
             runs = self._setup(username, password, sweep)
+            if status is not None:
+                status.state = "launched"
+                status.runs = [
+                    {"regime": run.regime, "id": run.pk, "url": run.get_absolute_url()}
+                    for run in runs
+                ]
+                status.models += [zoo_id for zoo_id in ZOO_IDS if zoo_id not in status.models]
+                status.save()
+                self._build(status, ZOO_IDS)  # the compose form's examples' models
         except Exception as error:
             if status is not None:
                 status.state = "failed"
                 status.error = (str(error) or type(error).__name__).splitlines()[0][:300]
                 status.save()
             raise
-        if status is not None:
-            status.state = "launched"
-            status.runs = [
-                {"regime": run.regime, "id": run.pk, "url": run.get_absolute_url()} for run in runs
-            ]
-            status.save()
 
-    def _build_zoo(self, status: DemoStatus) -> None:
-        """Build the zoo models the demo needs (the normal zoo for the compose form's
-        examples, the gap pool for its runs), saving each step for the home page."""
-        status.save()
+    def _build(self, status: DemoStatus, ids: tuple[str, ...]) -> None:
+        """Build the zoo models ``ids`` if needed, saving each one ready for the home page."""
 
         def ready(zoo_id: str) -> None:
             status.ready.append(zoo_id)
             status.save()
 
-        zoo_dir = default_zoo_dir()
-        build_zoo(zoo_dir, ids=ZOO_IDS, log=self.stdout.write, on_ready=ready)
-        build_zoo(zoo_dir, ids=GAP_IDS, log=self.stdout.write, on_ready=ready)
+        build_zoo(default_zoo_dir(), ids=ids, log=self.stdout.write, on_ready=ready)
 
     def _setup(self, username: str, password: str, sweep: bool) -> list[Run]:
         user_model = get_user_model()
