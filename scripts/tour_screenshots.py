@@ -5,11 +5,13 @@ Start the demo first (``make demo``) and let its sweep run for a minute or two, 
     .venv/bin/python scripts/tour_screenshots.py [--base-url http://127.0.0.1:8000]
         [--out docs/tour] [--user demo --password demo-password] [--chromium PATH]
 
-It logs in and saves five PNGs into ``--out``: the demo's SGT run page with its live
+It logs in and saves seven PNGs into ``--out``: the demo's SGT run page with its live
 curves (``run-live.png``), its peer-transfer panel with a transfer opened
 (``transfers.png``), the compose form with a preview (``compose-preview.png``), the runs'
 comparison by regime (``compare.png``) and the first page of the exported PDF figure
-(``export-pdf.png``, rendered with poppler's ``pdftoppm``). It only reads and previews:
+(``export-pdf.png``, rendered with poppler's ``pdftoppm``), the gap pool's carry and
+no-carry slices by regime (``gap-carry.png``) and the significance view of the carry
+slice (``significance.png``). It only reads and previews:
 nothing is saved or launched. Each step waits for what it shows to be drawn and says
 which step failed.
 """
@@ -98,6 +100,27 @@ def shoot_compare_and_export(page: Page, base_url: str, out: Path) -> None:
         )
 
 
+GAP_QUERY = "q_tag=demo&group_by=regime&metric=val/reward@1/carry&metric=val/reward@1/no_carry"
+
+
+def shoot_gap(page: Page, base_url: str, out: Path) -> None:
+    """The demo's two runs on the gap pool's carry and no-carry slices (the curves that
+    separate), then the significance view of the carry slice against standalone."""
+    page.goto(f"{base_url}/compare/?{GAP_QUERY}")
+    panels = page.locator("#compare-panels")
+    panels.locator(".main-svg").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    panels.screenshot(path=out / "gap-carry.png")
+    page.goto(
+        f"{base_url}/compare/?{GAP_QUERY.split('&metric=')[0]}&view=significance"
+        "&metric=val/reward@1/carry&baseline=standalone"
+    )
+    card = page.get_by_test_id("sig-card")
+    card.locator(".main-svg").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1000)
+    card.screenshot(path=out / "significance.png")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", default="http://127.0.0.1:8000")
@@ -123,6 +146,8 @@ def main() -> int:
             shoot_compose_preview(page, base_url, args.out)
             step = "compare and export"
             shoot_compare_and_export(page, base_url, args.out)
+            step = "the gap pool's carry slice"
+            shoot_gap(page, base_url, args.out)
         except (PlaywrightError, subprocess.CalledProcessError) as error:
             print(f"[tour] {step} failed: {error}", file=sys.stderr)
             return 1
