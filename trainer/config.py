@@ -1012,7 +1012,7 @@ def _under(path: str, broken: set[str]) -> bool:
 def _placeholder_value(hint: Any) -> Any:
     """A value of type ``hint`` that stands for a missing or wrong required one while the
     rest of a config is checked: "", 0, [], a dataclass of placeholders and defaults."""
-    hint, optional = _unwrap_optional_hint(hint)
+    hint, optional = unwrap_optional(hint)
     if optional:
         return None
     if typing.get_origin(hint) is list:
@@ -1045,7 +1045,8 @@ def _default_value(spec: Any, hint: Any) -> Any:
     return _placeholder_value(hint)
 
 
-def _unwrap_optional_hint(hint: Any) -> tuple[Any, bool]:
+def unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    """``(T, True)`` for ``T | None`` (or ``Optional[T]``), else ``(hint, False)``."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
@@ -1096,7 +1097,7 @@ def _repaired(obj: Any, broken: set[str], path: str) -> Any:
 
 def _dataclass_items(hint: Any) -> Any:
     """The item type of a list-of-dataclasses field's ``hint`` (the pool's), else None."""
-    hint, _ = _unwrap_optional_hint(hint)
+    hint, _ = unwrap_optional(hint)
     args = typing.get_args(hint) if typing.get_origin(hint) is list else ()
     item = args[0] if args else None
     return item if isinstance(item, type) and is_dataclass(item) else None

@@ -23,6 +23,17 @@ LOG_NAME = "log/demo-setup.log"
 """Where scripts/demo sends the background setup's output, under the var directory."""
 
 
+def process_gone(pid: int) -> bool:
+    """Whether no process ``pid`` exists on this machine (one we may not signal exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def status_path() -> Path:
     return Path(settings.VAR_DIR) / "demo-setup.json"
 
@@ -48,15 +59,7 @@ class DemoStatus:
     @property
     def interrupted(self) -> bool:
         """Building, but its process is gone (Ctrl-C during the build, a crash)."""
-        if self.state != "building":
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+        return self.state == "building" and process_gone(self.pid)
 
     @property
     def waiting(self) -> list[str]:

@@ -29,7 +29,6 @@ import ast
 import dataclasses
 import functools
 import re
-import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
@@ -45,6 +44,7 @@ from trainer.config import (
     PolicyConfig,
     RunConfig,
     bound_problem,
+    unwrap_optional,
     usual_text,
 )
 from trainer.regimes import regime_spec, regimes
@@ -93,7 +93,7 @@ def config_fields(cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> l
     for spec in fields(cls):
         if spec.name in exclude:
             continue
-        hint, optional = _unwrap_optional(hints[spec.name])
+        hint, optional = unwrap_optional(hints[spec.name])
         kind = _kind(hint)
         if kind is None:
             continue  # a section (sub-dataclass) or a list of them (the pool)
@@ -476,15 +476,6 @@ def tag_fields(form: forms.BaseForm, *, raw_labels: bool = True) -> None:
         if raw_labels and field.label is None:
             field.label = field_label(name)
             field.config_key = name  # type: ignore[attr-defined]
-
-
-def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return hint, False
 
 
 def _kind(hint: Any) -> str | None:

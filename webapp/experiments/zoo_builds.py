@@ -29,6 +29,7 @@ from pathlib import Path
 from django.conf import settings
 
 from trainer.zoo import ZOO_RECIPES, build_zoo, default_zoo_dir
+from webapp.core.demo_status import process_gone
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +93,7 @@ class ZooBuild:
         """Building in a process of this host that no longer exists (killed mid-build)."""
         if self.state != "building" or not self.pid or self.host != socket.gethostname():
             return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+        return process_gone(self.pid)
 
     @property
     def progress(self) -> str:
