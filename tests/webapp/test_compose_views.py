@@ -164,13 +164,14 @@ def test_a_two_node_cpu_experiment_stores_and_shows_its_nodes(
     assert response.status_code == 302, response.content.decode()[-3000:]
     experiment = Experiment.objects.get()
     placement = experiment.resources["placement"]
-    # The empty zoo weighs every policy 1: llama opens node 0, qwen node 1, gpt2 node 0.
+    # The built test zoo's counts (settings.ZOO_DIR): qwen (149,184 parameters) opens node
+    # 0, llama (141,824) node 1, and gpt2 (141,056) joins the lighter node 1.
     assert [(p["name"], p["node"]) for p in placement["policies"]] == [
-        ("llama", 0),
-        ("qwen", 1),
-        ("gpt2", 0),
+        ("llama", 1),
+        ("qwen", 0),
+        ("gpt2", 1),
     ]
-    assert placement["slurm"]["nodes"] == 2 and placement["slurm"]["tasks_per_node"] == [2, 1]
+    assert placement["slurm"]["nodes"] == 2 and placement["slurm"]["tasks_per_node"] == [1, 2]
     assert placement["slurm"]["sbatch_args"][:3] == [
         "--nodes=2",
         "--ntasks=4",
@@ -182,7 +183,7 @@ def test_a_two_node_cpu_experiment_stores_and_shows_its_nodes(
         r"<td>[^<]*</td>\s*<td>([^<]*)</td>",
         page,
     )
-    assert rows == [("llama", "node 0"), ("qwen", "node 1"), ("gpt2", "node 0")]
+    assert rows == [("llama", "node 1"), ("qwen", "node 0"), ("gpt2", "node 1")]
 
 
 def test_a_post_without_the_csrf_token_is_refused(lab: Lab, alice: User) -> None:

@@ -147,7 +147,7 @@ class ResolvedModel:
 
     def parameters(self) -> ParameterCount:
         declared = self.entry.parameter_count if self.entry else None
-        return parameter_count(self.source, declared=declared)
+        return parameter_count(self.source, declared=declared, zoo_dir=zoo_root())
 
 
 class ModelResolver:
