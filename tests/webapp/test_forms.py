@@ -319,13 +319,13 @@ def test_registry_names_supply_source_tokenizer_template_and_size(
     assert composer.config["pool"][0]["model"] == str(model_dir)
     assert composer.config["pool"][0]["tokenizer"] == str(model_dir)
     assert composer.config["pool"][0]["chat_template"] == "{{ messages }}"
-    # 7B vs two unbuilt zoo models (1 each): 2 GPUs for the big one, one each for the rest.
+    # 7B vs two tiny zoo models (~0.15 M each): 2 GPUs for the big one, one each for the rest.
     assert composer.plan.policy("llama").cuda_visible_devices == "0,1"
     assert composer.plan.policy("qwen").cuda_visible_devices == "2"
     assert sbatch_args(composer.plan.slurm)[:3] == ["--nodes=1", "--ntasks=3", "--gres=gpu:4"]
     rows = composer.plan_rows()
     assert (rows[0].parameters.value, rows[0].parameters.origin) == (7_000_000_000, "declared")
-    assert rows[1].parameters.origin == "fallback"
+    assert (rows[1].parameters.value, rows[1].parameters.origin) == (149_184, "zoo")
 
 
 def test_a_local_model_directory_is_accepted_and_sized_from_its_config(
@@ -637,15 +637,16 @@ def test_more_nodes_than_the_partition_has_are_refused(lab: Lab, multinode: None
 
 
 def test_a_two_node_cpu_job_spreads_the_pool_over_both_nodes(lab: Lab, multinode: None) -> None:
-    # The empty zoo weighs every policy 1: llama opens node 0, qwen node 1, gpt2 node 0.
+    # The built zoo's counts: qwen (149,184 parameters) opens node 0, llama (141,824) node
+    # 1, and gpt2 (141,056) joins the lighter node 1.
     composer = bound(lab, {**ON_MULTINODE, "resources-nodes": "2"})
 
     assert composer.is_valid(), composer.has_errors()
     assert composer.plan is not None
     assert [(p.name, p.node) for p in composer.plan.policies] == [
-        ("llama", 0),
-        ("qwen", 1),
-        ("gpt2", 0),
+        ("llama", 1),
+        ("qwen", 0),
+        ("gpt2", 1),
     ]
     assert sbatch_args(composer.plan.slurm)[:3] == [
         "--nodes=2",
@@ -654,8 +655,8 @@ def test_a_two_node_cpu_job_spreads_the_pool_over_both_nodes(lab: Lab, multinode
     ]
     resources = composer.save_kwargs()["resources"]
     assert resources["nodes"] == 2
-    assert [p["node"] for p in resources["placement"]["policies"]] == [0, 1, 0]
-    assert resources["placement"]["slurm"]["tasks_per_node"] == [2, 1]
+    assert [p["node"] for p in resources["placement"]["policies"]] == [1, 0, 1]
+    assert resources["placement"]["slurm"]["tasks_per_node"] == [1, 2]
 
 
 def test_more_nodes_than_policies_are_refused_on_the_nodes_field(lab: Lab, settings: Any) -> None:
