@@ -98,10 +98,15 @@ def zoo_model_dir(zoo_id: str, zoo_dir: Path) -> Path:
     return Path(zoo_dir) / zoo_id
 
 
+def recipe_of(zoo_id: str) -> str | None:
+    """The recipe (:data:`ZOO_RECIPES`) that builds ``zoo_id``, or None for an unknown id."""
+    return next((name for name, ids in ZOO_RECIPES.items() if zoo_id in ids), None)
+
+
 def build_command(zoo_id: str, zoo_dir: Path | None = None) -> str:
     """The command that builds ``zoo_id``: ``python -m trainer zoo build``, with the
     ``--recipe`` that holds it when that is not the default one, and ``--zoo-dir``."""
-    recipe = next((name for name, ids in ZOO_RECIPES.items() if zoo_id in ids), "default")
+    recipe = recipe_of(zoo_id) or "default"
     command = "python -m trainer zoo build"
     if recipe != "default":
         command += f" --recipe {recipe}"

@@ -34,6 +34,15 @@ def process_gone(pid: int) -> bool:
     return False
 
 
+def write_json_atomically(path: Path, data: object) -> None:
+    """Write ``data`` as JSON to ``path`` so a reader sees the old file or the new one,
+    never half of one (a per-process partial file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(data))
+    os.replace(partial, path)
+
+
 def status_path() -> Path:
     return Path(settings.VAR_DIR) / "demo-setup.json"
 
@@ -76,11 +85,7 @@ class DemoStatus:
     def save(self) -> None:
         """Write the status atomically (a reader never sees half of it)."""
         self.updated_at = time.time()
-        path = status_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(asdict(self)))
-        os.replace(partial, path)
+        write_json_atomically(status_path(), asdict(self))
 
 
 def demo_status() -> DemoStatus | None:

@@ -18,10 +18,10 @@ from django.core.exceptions import ValidationError
 
 from trainer.models import TOKENIZER_FILES
 from trainer.mwra_counting import ParameterCount, parameter_count
-from trainer.zoo import ALL_ZOO_IDS, ZOO_PREFIX, build_command
+from trainer.zoo import ALL_ZOO_IDS, ZOO_PREFIX, build_command, recipe_of
 from webapp.experiments import zoo_builds
 from webapp.experiments.models import Lab, ModelEntry
-from webapp.experiments.zoo_builds import recipe_of, zoo_root
+from webapp.experiments.zoo_builds import zoo_root
 
 MAX_LISTED = 12
 

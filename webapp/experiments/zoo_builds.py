@@ -29,7 +29,7 @@ from pathlib import Path
 from django.conf import settings
 
 from trainer.zoo import ZOO_RECIPES, build_zoo, default_zoo_dir
-from webapp.core.demo_status import process_gone
+from webapp.core.demo_status import process_gone, write_json_atomically
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,6 @@ def zoo_root() -> Path:
     the job is given, else what the trainer defaults to (:func:`default_zoo_dir`)."""
     configured = str(getattr(settings, "ZOO_DIR", "") or "")
     return Path(configured).expanduser() if configured else default_zoo_dir()
-
-
-def recipe_of(zoo_id: str) -> str | None:
-    """The recipe that builds ``zoo_id``, or None for an unknown id."""
-    return next((name for name, ids in ZOO_RECIPES.items() if zoo_id in ids), None)
 
 
 def _directory() -> Path:
@@ -107,11 +102,7 @@ class ZooBuild:
     def save(self) -> None:
         """Write the status atomically (a reader never sees half of it)."""
         self.updated_at = time.time()
-        path = status_path(self.recipe)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        partial.write_text(json.dumps(asdict(self)))
-        os.replace(partial, path)
+        write_json_atomically(status_path(self.recipe), asdict(self))
 
     def as_json(self) -> dict[str, object]:
         return {

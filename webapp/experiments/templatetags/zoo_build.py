@@ -9,7 +9,7 @@ from typing import Any
 from django import template
 from django.forms import BoundField
 
-from trainer.zoo import ZOO_PREFIX
+from trainer.zoo import ZOO_PREFIX, recipe_of
 from webapp.experiments import zoo_builds
 from webapp.experiments.compose_sources import zoo_build_problem
 
@@ -24,5 +24,5 @@ def zoo_build_button(field: BoundField) -> dict[str, Any]:
     source = str(getattr(resolved, "source", None) or field.value() or "")
     if not source.startswith(ZOO_PREFIX) or zoo_build_problem(source) is None:
         return {"recipe": None}
-    recipe = zoo_builds.recipe_of(source[len(ZOO_PREFIX) :])
+    recipe = recipe_of(source[len(ZOO_PREFIX) :])
     return {"recipe": recipe, "building": recipe and zoo_builds.active_status(recipe)}

@@ -27,10 +27,11 @@ from django.core.management.base import BaseCommand, CommandParser
 from scheduler.launch import experiment_launch
 from trainer.evals.suite import SuiteConfig
 from trainer.evals.synthetic import write_synthetic_suite
-from trainer.zoo import GAP_IDS, ZOO_IDS, build_zoo, default_zoo_dir
+from trainer.zoo import GAP_IDS, ZOO_IDS, build_zoo
 from webapp.core.demo_status import DemoStatus
 from webapp.experiments.models import EvalSuite, Experiment, Lab, ModelEntry, Run
 from webapp.experiments.services import experiment_create, lab_join
+from webapp.experiments.zoo_builds import zoo_root
 
 ZOO_FAMILIES = {"llama": "llama", "qwen": "qwen2", "gpt2": "gpt2"}
 """Each zoo id's family, by the family word in it (``tiny-qwen-bpe-nocarry``: qwen2)."""
@@ -76,7 +77,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--build-zoo",
             action="store_true",
-            help="first build the tiny zoo and the gap pool (if needed) into $MRL_ZOO_DIR, "
+            help="first build the tiny zoo and the gap pool (if needed) into the zoo the app "
+            "reads ($MRL_ZOO_DIR), "
             "recording the progress the home page shows (<var>/demo-setup.json)",
         )
 
@@ -118,7 +120,7 @@ class Command(BaseCommand):
             status.ready.append(zoo_id)
             status.save()
 
-        build_zoo(default_zoo_dir(), ids=ids, log=self.stdout.write, on_ready=ready)
+        build_zoo(zoo_root(), ids=ids, log=self.stdout.write, on_ready=ready)
 
     def _setup(self, username: str, password: str, sweep: bool) -> list[Run]:
         user_model = get_user_model()
