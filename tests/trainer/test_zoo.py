@@ -415,3 +415,29 @@ def test_a_second_builder_of_one_zoo_waits_for_the_first_and_reuses_its_policies
     assert finished.wait(30), "the second builder never got the lock"
     thread.join()
     assert lines == [f"zoo: {i} is up to date in {zoo_dir / i}" for i in ZOO_IDS]
+
+
+def test_a_low_priority_build_lowers_the_childs_priority_never_the_callers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The demo builds the normal zoo beside its runs at a lower CPU priority: the child
+    process renices itself; on one CPU the build still goes to a child, so the caller
+    (the demo setup, a Celery worker) keeps its own priority."""
+    niced: list[int] = []
+    built: list[tuple[str, str, int]] = []
+    monkeypatch.setattr(zoo_build.os, "nice", niced.append)
+    monkeypatch.setattr(zoo_build, "build_one", lambda *args: built.append(args))
+    zoo_build.main(["tiny-qwen-bpe", str(tmp_path), "0", "10"])
+    assert (niced, built) == ([10], [("tiny-qwen-bpe", str(tmp_path), 0)])
+    zoo_build.main(["tiny-qwen-bpe", str(tmp_path), "0"])
+    assert niced == [10]  # no niceness given: none asked for
+
+    children: list[tuple[str, int]] = []
+    monkeypatch.setattr(zoo_build.os, "sched_getaffinity", lambda _pid: {0})
+    monkeypatch.setattr(
+        zoo_build,
+        "_build_in_child",
+        lambda zoo_id, _dir, _seed, niceness: children.append((zoo_id, niceness)) or {},
+    )
+    list(zoo_build._run_builds(["tiny-qwen-bpe"], tmp_path, 0, niceness=10))
+    assert children == [("tiny-qwen-bpe", 10)]

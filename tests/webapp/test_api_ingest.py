@@ -155,6 +155,32 @@ def test_last_step_only_grows(client: Client, run: Run, token: str) -> None:
     assert run.last_step == 9
 
 
+def test_the_first_trained_step_of_each_job_sets_the_pace_mark(
+    client: Client, run: Run, token: str
+) -> None:
+    """The list pages' ETA counts from the job's first trained step (its start-up, and
+    the step-0 evaluation, are left out); a resubmitted job sets a new mark."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Run.objects.filter(pk=run.pk).update(started_at=timezone.now() - timedelta(seconds=60))
+    post_batch(client, run, token, {"points": [point(0)]})  # the step-0 evaluation
+    run.refresh_from_db()
+    assert (run.pace_step, run.pace_at) == (None, None)
+    post_batch(client, run, token, {"points": [point(2)]})
+    run.refresh_from_db()
+    first_mark = run.pace_at
+    assert run.pace_step == 2 and first_mark is not None and first_mark > run.started_at
+    post_batch(client, run, token, {"points": [point(5)]})
+    run.refresh_from_db()
+    assert (run.pace_step, run.pace_at) == (2, first_mark)  # later steps keep it
+    Run.objects.filter(pk=run.pk).update(started_at=timezone.now())  # a resubmitted job
+    post_batch(client, run, token, {"points": [point(6)]})
+    run.refresh_from_db()
+    assert run.pace_step == 6 and run.pace_at > first_mark
+
+
 # --------------------------------------------------------------------------- status
 
 

@@ -66,6 +66,31 @@ def test_the_background_setup_records_each_model_then_the_runs(
         assert f'<a href="{run["url"]}">{run["regime"]}</a>' in shown
 
 
+def test_the_normal_zoo_builds_beside_the_demo_runs_at_a_lower_priority(
+    var_dir: Path,
+    zoo_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    """The gap pool (the runs wait for it) builds at full priority; the normal zoo, built
+    while the demo runs train, at a lower one, so their curves keep their pace."""
+    from webapp.core.management.commands import demo_setup
+
+    monkeypatch.setenv("MRL_ZOO_DIR", str(zoo_dir))
+    builds: list[tuple[tuple[str, ...], int]] = []
+    real_build = demo_setup.build_zoo
+
+    def recording_build(root: Path, *, ids: tuple[str, ...], niceness: int, **kw: Any) -> Any:
+        builds.append((tuple(ids), niceness))
+        return real_build(root, ids=ids, niceness=niceness, **kw)
+
+    monkeypatch.setattr(demo_setup, "build_zoo", recording_build)
+    with django_capture_on_commit_callbacks():
+        call_command("demo_setup", "--build-zoo", "--sweep", stdout=io.StringIO())
+    assert builds == [(GAP_IDS, 0), (ZOO_IDS, demo_setup.BESIDE_RUNS_NICENESS)]
+    assert demo_setup.BESIDE_RUNS_NICENESS > 0
+
+
 def test_the_home_page_shows_the_build_in_progress_and_reloads(
     var_dir: Path, client: Client, alice: User
 ) -> None:

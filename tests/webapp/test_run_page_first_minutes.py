@@ -79,7 +79,9 @@ def test_a_resumed_job_leaves_the_previous_jobs_steps_and_its_start_up_out() -> 
     assert progress.eta_s == pytest.approx(37 * 2.0)
 
 
-def test_a_list_without_step_times_keeps_the_average_since_the_start() -> None:
+def test_a_list_without_step_times_leaves_the_start_up_out_too() -> None:
+    """The runs list and sweep page read no step times: their rate counts from the job's
+    first trained step (the run's pace mark), not from the start (which said 130 s)."""
     progress = run_progress(
         state="running",
         last_step=30,
@@ -87,8 +89,9 @@ def test_a_list_without_step_times_keeps_the_average_since_the_start() -> None:
         started_at=T0,
         finished_at=None,
         now=T0 + timedelta(seconds=130),
+        pace=(10, T0 + timedelta(seconds=90)),
     )
-    assert progress.eta_s == pytest.approx(130.0)
+    assert progress.eta_s == pytest.approx(60.0)  # 20 steps in 40 s; 30 left
 
 
 # --- 3. the CSVs name the pool as the page does ---------------------------------------------

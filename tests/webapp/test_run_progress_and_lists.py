@@ -77,13 +77,20 @@ def test_the_eta_runs_down_between_points() -> None:
     assert _progress(recent=stalled).eta_s == 0.0  # overdue: never negative
 
 
-def test_without_recent_points_the_rate_is_the_average_since_the_start() -> None:
-    progress = _progress()  # 30 steps in 130 s
-    assert progress.steps_per_s == pytest.approx(30 / 130)
-    assert progress.eta_s == pytest.approx(130.0)
-    assert progress.text == "step 30/60 · 2m10s elapsed · ETA 2m"
+def test_without_recent_points_the_rate_counts_from_the_jobs_first_trained_step() -> None:
+    # Start-up (loading, the step-0 evaluation, step 1) took 70 s; steps 1..30 then took
+    # 60 s: 29 steps a minute, so the 30 steps left take about 62 s, not the 130 s of the
+    # average since the start (which counted the start-up as steps).
+    progress = _progress(pace=(1, T0 + timedelta(seconds=70)))
+    assert progress.steps_per_s == pytest.approx(29 / 60)
+    assert progress.eta_s == pytest.approx(30 / (29 / 60))
+    assert progress.text == "step 30/60 · 2m10s elapsed · ETA 1m"
     assert _progress(last_step=None).text == "starting · 2m10s elapsed"  # no step reported yet
     assert _progress(last_step=0).eta_s is None
+    # No mark, only the first trained step so far, or a previous job's mark: no ETA yet.
+    assert _progress().eta_s is None
+    assert _progress(pace=(30, T0 + timedelta(seconds=120))).eta_s is None
+    assert _progress(pace=(1, T0 - timedelta(seconds=5))).eta_s is None
 
 
 def test_finished_queued_and_pending_runs() -> None:
@@ -173,8 +180,12 @@ def test_the_runs_list_shows_progress_duration_and_val_reward(
     done, running, queued = services.runs_create(make_experiment(seeds=(0, 1, 2)), state="queued")
     _finished(done, seconds=250, last_step=4)
     _pool_rewards(done, {0: 0.1, 2: 0.5, 4: 0.4375})  # best at step 2, final at step 4
-    Run.objects.filter(pk=running.pk).update(
-        state="running", started_at=timezone.now() - timedelta(seconds=130), last_step=2
+    Run.objects.filter(pk=running.pk).update(  # step 1 after 110 s; step 2 20 s later
+        state="running",
+        started_at=timezone.now() - timedelta(seconds=130),
+        last_step=2,
+        pace_step=1,
+        pace_at=timezone.now() - timedelta(seconds=20),
     )
     _pool_rewards(running, {0: 0.2, 2: math.nan})
     client.force_login(alice)
@@ -189,7 +200,9 @@ def test_the_runs_list_shows_progress_duration_and_val_reward(
         "0.5",
     )
     row = _row(html, running.name)
-    assert re.fullmatch(r"step 2/4 · 2m1\ds elapsed · ETA 2m", _cell(row, "progress-text"))
+    # 2 steps left at 20 s a step (the start-up left out; the average since the start,
+    # 65 s a step, said "ETA 2m")
+    assert re.fullmatch(r"step 2/4 · 2m1\ds elapsed · ETA 4\ds", _cell(row, "progress-text"))
     assert 'style="width: 50%"' in row
     assert (_cell(row, "val-final"), _cell(row, "val-best")) == ("NaN", "0.2")  # NaN is no best
     row = _row(html, queued.name)

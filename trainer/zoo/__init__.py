@@ -65,10 +65,13 @@ def build_zoo(
     force: bool = False,
     log: Callable[[str], None] = print,
     on_ready: Callable[[str], None] | None = None,
+    niceness: int = 0,
 ) -> dict[str, Path]:
     """Build the zoo policies ``ids`` (default: the normal zoo, :data:`ZOO_IDS`) into
     ``zoo_dir/<id>``; return id -> dir. ``on_ready(id)`` is called as each policy is
-    found current or finishes building (a progress display's hook).
+    found current or finishes building (a progress display's hook). ``niceness`` > 0
+    builds in child processes at that lower CPU priority (``os.nice``), so runs sharing
+    the machine keep their pace (the demo's second build, beside its runs).
 
     A policy already built from the same seed, recipe and build version is reused unless
     ``force``. Builds are atomic: an interrupted build leaves no directory named ``<id>``.
@@ -82,7 +85,7 @@ def build_zoo(
         _check_id(zoo_id)
     tiny = tuple(zoo_id for zoo_id in chosen if zoo_id not in SHAPE_IDS)
     shapes = tuple(zoo_id for zoo_id in chosen if zoo_id in SHAPE_IDS)
-    built = build_all(Path(zoo_dir), seed, tiny, force, log, on_ready) if tiny else {}
+    built = build_all(Path(zoo_dir), seed, tiny, force, log, on_ready, niceness) if tiny else {}
     if shapes:  # opt-in: big random-init models with real shapes (trainer.zoo.shapes)
         from trainer.zoo.shapes import build_shapes
 

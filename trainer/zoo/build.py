@@ -396,9 +396,11 @@ def build_all(
     force: bool,
     log: Callable[[str], None],
     on_ready: Callable[[str], None] | None = None,
+    niceness: int = 0,
 ) -> dict[str, Path]:
     """Build the missing or stale policies of ``ids`` (all of them with ``force``);
-    ``on_ready(id)`` as each is found current or built.
+    ``on_ready(id)`` as each is found current or built; ``niceness`` > 0: in child
+    processes at that lower CPU priority.
 
     Builders of one ``zoo_dir`` take turns (an exclusive lock on ``zoo_dir/.build.lock``):
     a second process asking for the same policies waits for the first and reuses them
@@ -406,7 +408,8 @@ def build_all(
     """
     zoo_dir.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(zoo_dir / ".build.lock"):
-        return _build_missing(zoo_dir, seed, ids, force, log, on_ready or (lambda _id: None))
+        ready = on_ready or (lambda _id: None)
+        return _build_missing(zoo_dir, seed, ids, force, log, ready, niceness)
 
 
 @contextmanager
@@ -433,6 +436,7 @@ def _build_missing(
     force: bool,
     log: Callable[[str], None],
     on_ready: Callable[[str], None],
+    niceness: int = 0,
 ) -> dict[str, Path]:
     todo = [zoo_id for zoo_id in ids if force or not is_current(zoo_dir / zoo_id, zoo_id, seed)]
     for zoo_id in ids:
@@ -442,7 +446,7 @@ def _build_missing(
             on_ready(zoo_id)
     if todo:
         log(f"zoo: building {', '.join(todo)} into {zoo_dir} (seed {seed})")
-        for manifest in _run_builds(todo, zoo_dir, seed):
+        for manifest in _run_builds(todo, zoo_dir, seed, niceness):
             log(
                 f"zoo: built {manifest['id']}: {manifest['n_params']:,} parameters, "
                 f"SFT val accuracy {manifest['sft_val_accuracy']:.2f}, "
@@ -452,32 +456,39 @@ def _build_missing(
     return {zoo_id: zoo_dir / zoo_id for zoo_id in ids}
 
 
-def _run_builds(todo: Sequence[str], zoo_dir: Path, seed: int) -> Iterator[dict[str, Any]]:
-    """Build ``todo``, one child process per CPU (in this process when there is one CPU).
+def _run_builds(
+    todo: Sequence[str], zoo_dir: Path, seed: int, niceness: int = 0
+) -> Iterator[dict[str, Any]]:
+    """Build ``todo``, one child process per CPU (in this process when there is one CPU and
+    no ``niceness``: a lower priority is the children's alone, never the caller's).
 
     Children are fresh interpreters (``python -m trainer.zoo.build``), not forks: forking a
     process whose torch thread pools already started can deadlock, and multiprocessing's
     spawn would re-run the caller's ``__main__``.
     """
     workers = min(len(todo), len(os.sched_getaffinity(0)))
-    if workers == 1:
+    if workers == 1 and niceness <= 0:
         for zoo_id in todo:
             yield build_one(zoo_id, str(zoo_dir), seed)
         return
     # Longest builds first, so the pool finishes as early as it can.
     ordered = sorted(todo, key=lambda zoo_id: -_cost(RECIPES[zoo_id]))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_build_in_child, zoo_id, zoo_dir, seed) for zoo_id in ordered]
+        futures = [
+            pool.submit(_build_in_child, zoo_id, zoo_dir, seed, niceness) for zoo_id in ordered
+        ]
         for future in as_completed(futures):  # as each finishes: a progress display's pace
             yield future.result()
 
 
-def _build_in_child(zoo_id: str, zoo_dir: Path, seed: int) -> dict[str, Any]:
-    """Run :func:`build_one` in a child interpreter; return the manifest it wrote."""
+def _build_in_child(zoo_id: str, zoo_dir: Path, seed: int, niceness: int = 0) -> dict[str, Any]:
+    """Run :func:`build_one` in a child interpreter (at ``niceness``); return the manifest
+    it wrote."""
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, env.get("PYTHONPATH"))))
     command = [sys.executable, "-m", "trainer.zoo.build", zoo_id, str(zoo_dir), str(seed)]
+    command += [str(niceness)] if niceness > 0 else []
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     manifest = read_manifest(zoo_dir / zoo_id)
     if result.returncode != 0 or manifest is None:
@@ -517,8 +528,10 @@ def _single_thread() -> Iterator[None]:
 
 
 def main(argv: Sequence[str]) -> None:
-    """Child-process entry point: ``python -m trainer.zoo.build ID ZOO_DIR SEED``."""
-    zoo_id, zoo_dir, seed = argv
+    """Child-process entry point: ``python -m trainer.zoo.build ID ZOO_DIR SEED [NICENESS]``."""
+    zoo_id, zoo_dir, seed, *niceness = argv
+    if niceness:
+        os.nice(int(niceness[0]))
     build_one(zoo_id, zoo_dir, int(seed))
 
 

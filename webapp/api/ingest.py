@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
+from django.utils import timezone
 
 from webapp.api import points_pg
 from webapp.api.batch import (
@@ -110,10 +111,24 @@ def metrics_ingest(*, run: Run, batch: IngestBatch) -> IngestResult:
 # --------------------------------------------------------------------------- run facts
 
 
+FIRST_TRAINED_STEP = 1
+"""Step 0 is the evaluation of the untrained models (see webapp.experiments.progress)."""
+
+
 def _last_step_raise(run: Run, step: int) -> None:
-    """``run.last_step = max(run.last_step, step)``, race-free (a conditional UPDATE)."""
+    """``run.last_step = max(run.last_step, step)``, race-free (a conditional UPDATE).
+
+    The same UPDATE sets the run's pace mark (``pace_step``, ``pace_at``) at the first
+    trained step of each job (none yet, or one set before the job's ``started_at``): the
+    list pages' ETA counts from it, so a job's start-up does not slow its step rate.
+    """
     stale = Q(last_step__isnull=True) | Q(last_step__lt=step)
-    if Run.objects.filter(stale, pk=run.pk).update(last_step=step):
+    facts: dict[str, Any] = {"last_step": step}
+    if step >= FIRST_TRAINED_STEP:
+        new_job = Q(pace_at__isnull=True) | Q(pace_at__lt=F("started_at"))
+        facts["pace_step"] = Case(When(new_job, then=Value(step)), default=F("pace_step"))
+        facts["pace_at"] = Case(When(new_job, then=Value(timezone.now())), default=F("pace_at"))
+    if Run.objects.filter(stale, pk=run.pk).update(**facts):
         run.last_step = step
 
 

@@ -244,6 +244,15 @@ class Run(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    pace_step = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="the first trained step this job reported (ingestion sets it): the list "
+        "pages' step rate counts from it, so the start-up step leaves the ETA out",
+    )
+    pace_at = models.DateTimeField(
+        null=True, blank=True, help_text="when ingestion stored pace_step"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

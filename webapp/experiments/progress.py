@@ -3,7 +3,8 @@
 One pure function, :func:`run_progress`, serves the run page (through the status API,
 which passes the wall times of the run's last few steps, so the ETA follows the recent
 step rate) and the runs list and sweep page (which pass none: the rate is then the
-average since the run started, so a list needs no query per row).
+average since the job's first trained step, the run's ``pace_step`` / ``pace_at`` that
+ingestion records, so a list needs no query per row).
 
 Steps: the trainer evaluates at step 0, then trains steps 1..``steps`` (the config's
 ``steps``); ``last_step`` of ``steps`` is done.
@@ -163,6 +164,7 @@ def run_progress(
     finished_at: datetime | None,
     now: datetime,
     recent: Sequence[tuple[int, float]] | None = None,
+    pace: tuple[int | None, datetime | None] = (None, None),
 ) -> Progress:
     """The progress of a run in ``state`` at ``now``.
 
@@ -171,9 +173,10 @@ def run_progress(
     points). The rate leaves start-up out: it runs from the job's first trained step to
     its newest (:func:`job_steps`), so there is no ETA before two of them have times.
     ``recent`` None (a list page, which reads no times): the rate is the average since
-    ``started_at``. A run not started (draft, queued, submitted, or pending before it
-    ever ran) has no elapsed time; a finished one has its duration as elapsed time and no
-    ETA.
+    ``pace``, the (step, time) at which this job reported its first trained step (the
+    run's ``pace_step``, ``pace_at``); no ETA before a later step arrives. A run not
+    started (draft, queued, submitted, or pending before it ever ran) has no elapsed time;
+    a finished one has its duration as elapsed time and no ETA.
     """
     if started_at is None or state in _WAITING:
         return Progress(state, last_step, total_steps, None, None, None)
@@ -189,12 +192,29 @@ def run_progress(
         if rate is not None:
             newest = max(at for _, at in timed)
             since_last = min(max(0.0, now.timestamp() - newest), elapsed)
-    elif last_step and elapsed > 0:
-        rate = last_step / elapsed
+    else:
+        rate = _pace_rate(pace, started_at, last_step, now)
     eta = None
     if rate and total_steps is not None and last_step is not None:
         eta = max(0.0, (total_steps - last_step) / rate - since_last)
     return Progress(state, last_step, total_steps, elapsed, eta, rate)
+
+
+def _pace_rate(
+    pace: tuple[int | None, datetime | None],
+    started_at: datetime,
+    last_step: int | None,
+    now: datetime,
+) -> float | None:
+    """Steps per second since this job's first trained step; None before a later step, or
+    when the mark is a previous job's (set before ``started_at``)."""
+    pace_step, pace_at = pace
+    if pace_step is None or pace_at is None or last_step is None or pace_at < started_at:
+        return None
+    seconds = (now - pace_at).total_seconds()
+    if last_step <= pace_step or seconds <= 0:
+        return None
+    return (last_step - pace_step) / seconds
 
 
 def format_duration(seconds: float | None) -> str:

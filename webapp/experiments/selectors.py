@@ -152,7 +152,8 @@ def reward_columns(run_ids: Iterable[int]) -> dict[int, RewardColumns]:
 
 
 def with_list_columns(runs: Iterable[Run], now: datetime | None = None) -> list[Run]:
-    """``runs`` with ``progress`` (rate: the average since the start) and ``reward``
+    """``runs`` with ``progress`` (rate: the average since the job's first trained step,
+    :func:`~webapp.experiments.progress.run_progress`'s ``pace``) and ``reward``
     (:class:`RewardColumns`) set on each, for a list page: one query in all."""
     runs = list(runs)
     now = now or timezone.now()
@@ -165,6 +166,7 @@ def with_list_columns(runs: Iterable[Run], now: datetime | None = None) -> list[
             started_at=run.started_at,
             finished_at=run.finished_at,
             now=now,
+            pace=(run.pace_step, run.pace_at),
         )
         run.reward = rewards.get(run.pk, RewardColumns())  # type: ignore[attr-defined]
     return runs

@@ -44,6 +44,10 @@ DEMO_POOL = [
 DEMO_REGIMES = ("standalone", "sgt")
 
 
+BESIDE_RUNS_NICENESS = 10
+"""The normal zoo builds after the demo runs launch, beside them, at this ``os.nice``."""
+
+
 def demo_config(regime: str) -> dict[str, Any]:
     """The gap pool as bench/regimes.py --pool gap runs it (examples/gap.json): 60 steps of
     16 prompts, lr 1e-4, 100 validation problems a slice every 10 steps."""
@@ -105,7 +109,9 @@ class Command(BaseCommand):
                 ]
                 status.models += [zoo_id for zoo_id in ZOO_IDS if zoo_id not in status.models]
                 status.save()
-                self._build(status, ZOO_IDS)  # the compose form's examples' models
+                # The compose form's examples' models, at a lower CPU priority than the
+                # demo runs now starting beside them: their curves keep their pace.
+                self._build(status, ZOO_IDS, niceness=BESIDE_RUNS_NICENESS)
         except Exception as error:
             if status is not None:
                 status.state = "failed"
@@ -113,14 +119,15 @@ class Command(BaseCommand):
                 status.save()
             raise
 
-    def _build(self, status: DemoStatus, ids: tuple[str, ...]) -> None:
-        """Build the zoo models ``ids`` if needed, saving each one ready for the home page."""
+    def _build(self, status: DemoStatus, ids: tuple[str, ...], niceness: int = 0) -> None:
+        """Build the zoo models ``ids`` if needed (at ``niceness``), saving each one ready
+        for the home page."""
 
         def ready(zoo_id: str) -> None:
             status.ready.append(zoo_id)
             status.save()
 
-        build_zoo(zoo_root(), ids=ids, log=self.stdout.write, on_ready=ready)
+        build_zoo(zoo_root(), ids=ids, log=self.stdout.write, on_ready=ready, niceness=niceness)
 
     def _setup(self, username: str, password: str, sweep: bool) -> list[Run]:
         user_model = get_user_model()
