@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -214,3 +215,61 @@ def test_the_sweep_form_renders_the_run_count_without_javascript(
     }
     shown = " ".join(client.post(url, posted).content.decode().split())
     assert 'Launches <strong data-part="runs">16 runs</strong>' in shown
+
+
+def test_a_swept_value_a_person_would_question_needs_acknowledging_before_launch(
+    client: Client, alice: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    """Preview never saw a swept value: the sweep form warns of one outside its usual
+    range and launches nothing until "I have checked these sizes" is ticked for it."""
+    client.force_login(alice)
+    url = reverse("experiments:sweep_create", args=[make_experiment(seeds=(0,)).pk])
+    posted = {
+        "name": "long",
+        "regimes": ["standalone"],
+        "seeds": "0",
+        "param_path": "steps",
+        "param_values": "4, 100000000",
+    }
+    shown = " ".join(client.post(url, posted).content.decode().split())
+    assert not Sweep.objects.exists()
+    assert "Sizes to check" in shown
+    assert "Steps: steps is 100000000, far outside the usual 1 to 100000" in shown
+    assert "Nothing was launched yet: tick \u201cI have checked these sizes\u201d" in shown
+    assert "in 2 runs; wall time: <strong" in shown
+    digest = re.search(r'name="sizes_checked" value="(\w+)"', shown)
+    assert digest is not None
+    # Ticked for other sizes (another value since): refused again, saying why.
+    changed = {**posted, "param_values": "4, 200000000", "sizes_checked": digest[1]}
+    shown = " ".join(client.post(url, changed).content.decode().split())
+    assert "the sizes changed since you ticked" in shown and not Sweep.objects.exists()
+    launched = client.post(url, {**posted, "sizes_checked": digest[1]})
+    assert launched.status_code == 302 and Sweep.objects.get().name == "long"
+    # A sweep of usual values needs no tick.
+    usual = {**posted, "name": "short", "param_values": "4, 8"}
+    assert client.post(url, usual).status_code == 302
+
+
+def test_the_sweep_size_counts_every_run_and_the_local_limit() -> None:
+    from webapp.experiments.compose_sizes import StepRate, sweep_size
+
+    pool = [{"name": "a", "model": "zoo:x", "group_size": 4, "max_new_tokens": 10}]
+    cells = [
+        {"steps": 10, "prompts_per_step": 2, "pool": pool},  # 80 tokens a step
+        {"steps": 30, "prompts_per_step": 2, "pool": pool},
+    ]
+    size = sweep_size(cells, 3, StepRate(0.5, 4), time_limit_s=1000, at_once=2)
+    assert size.runs == 6 and size.total_tokens == 3 * (10 + 30) * 80
+    assert size.run_seconds == (400.0,) * 3 + (1200.0,) * 3  # 0.5 s a token
+    # The longest run, and the six runs two at a time: 4,800 s of runs / 2.
+    assert (
+        size.wall_time_text
+        == "each run up to about 20 min; at most 2 at once here: about 40 min in all"
+    )
+    assert size.warnings == (
+        "The longest run's estimated wall time, 20 min, exceeds the time limit of 17 min: "
+        "its job would be stopped before it ends",
+    )
+    unmeasured = sweep_size(cells, 1, None, time_limit_s=None, at_once=None)
+    assert unmeasured.wall_time_text == "no step rate measured on this backend yet"
+    assert unmeasured.warnings == ()

@@ -311,6 +311,75 @@ def size_report(
     return SizeReport(estimate, tuple(warnings))
 
 
+# --- a sweep's size -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepSize:
+    """The sweep form's size check: what the whole grid generates and takes, and the
+    warnings to acknowledge before it launches (a swept value can be one a person would
+    question: Preview never saw it)."""
+
+    runs: int
+    total_tokens: int
+    run_seconds: tuple[float, ...]  # each run's wall time; empty without a step rate
+    at_once: int | None  # the local backend's limit; None where all may run at once
+    rate: StepRate | None
+    warnings: tuple[str, ...]
+
+    @property
+    def total_tokens_text(self) -> str:
+        return count_text(self.total_tokens)
+
+    @property
+    def wall_time_text(self) -> str:
+        """e.g. "each run about 3 min; at most 2 at once here: about 45 min in all"."""
+        if not self.run_seconds:
+            return NO_HISTORY
+        longest = max(self.run_seconds)
+        text = f"each run up to about {duration_text(longest)}"
+        if self.at_once:
+            whole = max(longest, sum(self.run_seconds) / self.at_once)
+            at_once = f"at most {self.at_once} at once here"
+            return f"{text}; {at_once}: about {duration_text(whole)} in all"
+        return f"{text}, all at once where the cluster has room"
+
+    @property
+    def digest(self) -> str:
+        return warnings_digest(self.warnings)
+
+
+def sweep_size(
+    cells: Sequence[Mapping[str, Any]],
+    runs_per_cell: int,
+    rate: StepRate | None,
+    *,
+    time_limit_s: int | None,
+    at_once: int | None,
+) -> SweepSize:
+    """The size of a sweep of ``cells`` (the source config with each swept value, one
+    cell without a swept parameter), each run ``runs_per_cell`` times (regimes x seeds):
+    tokens and wall time as Preview counts one run (:func:`estimate_size`), the warnings
+    of each cell's values outside their usual range and of runs over the time limit."""
+    tokens = 0
+    seconds: list[float] = []
+    warnings: list[str] = []
+    for cell in cells:
+        steps = int(cell.get("steps", _default(RunConfig, "steps")))
+        per_step = tokens_per_step(cell)
+        tokens += runs_per_cell * steps * per_step
+        if rate is not None:
+            seconds += [rate.seconds_per_token * per_step * steps] * runs_per_cell
+        warnings += unusual_values(cell)
+    longest = max(seconds, default=None)
+    if longest is not None and time_limit_s is not None and longest > time_limit_s:
+        warnings.append(
+            f"The longest run's estimated wall time, {duration_text(longest)}, exceeds the "
+            f"time limit of {duration_text(time_limit_s)}: its job would be stopped before "
+            "it ends"
+        )
+    unique = tuple(dict.fromkeys(warnings))
+    return SweepSize(runs_per_cell * len(cells), tokens, tuple(seconds), at_once, rate, unique)
+
+
 # --- as the page says it ------------------------------------------------------------------
 def count_text(value: float) -> str:
     """A count as people read it: 1,536; 4.1 million; 6.4e+20."""

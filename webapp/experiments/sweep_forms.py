@@ -10,6 +10,12 @@ from django import forms
 
 from trainer.config import ConfigError, RunConfig
 from trainer.regimes import regime_names
+from webapp.experiments.compose_sizes import (
+    SweepSize,
+    measured_step_rate,
+    sweep_size,
+    time_limit_seconds,
+)
 from webapp.experiments.configform import (
     MAX_CONFIG_INT,
     path_title,
@@ -20,6 +26,7 @@ from webapp.experiments.configform import (
     type_hints,
 )
 from webapp.experiments.models import NAME_VALIDATOR
+from webapp.experiments.services import config_set
 
 SKIPPED_TOP_LEVEL = {"seed", "name", "regime", "off_policy", "pool"}
 MAX_SEED = MAX_CONFIG_INT  # a run's seed is a 32-bit integer column
@@ -137,6 +144,27 @@ class SweepForm(forms.Form):
         seeds = len(items(entered("seeds")))
         values = len(items(entered("param_values"))) if entered("param_path") else 1
         return regimes * seeds * values, regimes, seeds, values
+
+    def size(
+        self, source_config: dict[str, Any], resources: dict[str, Any], at_once: int | None
+    ) -> SweepSize:
+        """The size of the sweep as cleaned (after :meth:`is_valid`): the source's config
+        with each swept value, run once per regime and seed, at the step rate measured on
+        the source's backend and partition (:func:`compose_sizes.sweep_size
+        <webapp.experiments.compose_sizes.sweep_size>`)."""
+        data = self.cleaned_data
+        path, values = data.get("param_path") or "", data.get("param_values") or []
+        cells = [config_set(source_config, path, value) for value in values] if path else []
+        rate = measured_step_rate(
+            str(resources.get("backend", "")), str(resources.get("partition", ""))
+        )
+        return sweep_size(
+            cells or [source_config],
+            len(data["regimes"]) * len(data["seeds"]),
+            rate,
+            time_limit_s=time_limit_seconds(str(resources.get("time_limit") or "")),
+            at_once=at_once,
+        )
 
     def clean_seeds(self) -> list[int]:
         seeds = _parse_list(self.cleaned_data["seeds"], int, "seed")

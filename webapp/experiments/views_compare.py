@@ -25,6 +25,7 @@ from webapp.experiments.compare_selection import (
     select_runs,
     view_query,
 )
+from webapp.experiments.compose_sizes import ACKNOWLEDGE_LABEL, SweepSize
 from webapp.experiments.models import Experiment, MetricSeries, SavedComparison, Sweep
 from webapp.experiments.permissions import get_viewable, lab_ids
 from webapp.experiments.selectors import with_list_columns
@@ -118,7 +119,15 @@ def sweep_create(request: HttpRequest, pk: int) -> HttpResponse:
         initial={"name": f"{source.name}-sweep"[:48]},
         source_config=source.config,
     )
+    resources = dict(source.resources or {})
+    resources.setdefault("backend", settings.EXECUTOR)
+    at_once = settings.LOCAL_MAX_JOBS if resources["backend"] == "local" else None
+    size = None
     if request.method == "POST" and form.is_valid():
+        size = form.size(source.config, resources, at_once)
+    if size is not None and (
+        not size.warnings or request.POST.get(SIZES_CHECKED_FIELD) == size.digest
+    ):
         data = form.cleaned_data
         try:
             sweep = sweep_launch(
@@ -144,14 +153,34 @@ def sweep_create(request: HttpRequest, pk: int) -> HttpResponse:
             messages.success(request, f"{message} {notice}." if notice else message)
             return redirect(sweep)
     runs, regimes, seeds, values = form.run_count()
-    backend = (source.resources or {}).get("backend") or settings.EXECUTOR
+    checked = request.POST.get(SIZES_CHECKED_FIELD, "")
     context = {
         "form": form,
         "source": source,
         "count": {"runs": runs, "regimes": regimes, "seeds": seeds, "values": values},
-        "local_max_jobs": settings.LOCAL_MAX_JOBS if backend == "local" else None,
+        "local_max_jobs": at_once,
+        "size": size,
+        "sizes_checked_field": SIZES_CHECKED_FIELD,
+        "acknowledge_label": ACKNOWLEDGE_LABEL,
+        # Launch pressed on sizes to check: unticked, or ticked for other sizes.
+        "sizes_refusal": _sweep_sizes_refusal(size, checked),
     }
     return render(request, "experiments/sweep_form.html", context)
+
+
+SIZES_CHECKED_FIELD = "sizes_checked"
+
+
+def _sweep_sizes_refusal(size: SweepSize | None, checked: str) -> str:
+    """Why Launch did nothing on a valid sweep with sizes to check ("" otherwise)."""
+    if size is None or not size.warnings or checked == size.digest:
+        return ""
+    if checked:
+        return (
+            "Nothing was launched: the sizes changed since you ticked "
+            f"\u201c{ACKNOWLEDGE_LABEL}\u201d; check them again."
+        )
+    return f"Nothing was launched yet: tick \u201c{ACKNOWLEDGE_LABEL}\u201d to launch."
 
 
 @login_required
