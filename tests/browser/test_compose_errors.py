@@ -147,3 +147,57 @@ def test_one_preview_shows_every_problem_next_to_its_field(
     expect(summary.locator("h2")).to_have_text("Please fix these 11 problems; nothing was saved")
     expect(summary.get_by_test_id("error-link")).to_have_count(11)
     expect(page.get_by_test_id("preview-panel")).to_have_count(0)
+
+
+def test_the_build_button_starts_the_build_in_place_and_follows_it(
+    page: Page,
+    live_server: object,
+    alice: User,
+    settings: Any,
+    built_zoo: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 31: "Build <recipe> zoo" next to a "not built" error starts the build as a
+    job without leaving the page (what was typed stays), then shows its progress until
+    it says to press Preview again. The job is recorded, not run: this test plays the
+    worker's part by writing the build's status as the worker does."""
+    from scheduler import dispatch
+    from webapp.experiments import zoo_builds
+
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    for zoo_id in ZOO_IDS:
+        (zoo / zoo_id).symlink_to(built_zoo / zoo_id)
+    settings.ZOO_DIR = str(zoo)
+    settings.VAR_DIR = str(tmp_path / "var")
+    sent: list[tuple[str, str]] = []
+    monkeypatch.setattr(dispatch, "send_zoo_build", lambda *job: sent.append(job) or True)
+    base = live_server.url  # type: ignore[attr-defined]
+    open_compose_form(page, base, alice)
+    page.fill("[name=pool-1-model]", "zoo:tiny-qwen-bpe-sub")
+    page.get_by_test_id("preview").click()
+    field = page.locator('[data-field="pool-1-model"]')
+    button = field.get_by_role("button", name="Build complementary zoo")
+    expect(button).to_be_visible()
+    page.fill("[name=steps]", "7")  # typed after Preview: must survive the button
+    url = page.url
+
+    button.click()
+    status = field.get_by_test_id("zoo-build-status")
+    expect(status).to_have_text("Building the complementary zoo (started): 0 of 3 models ready.")
+    expect(button).to_be_hidden()
+    assert page.url == url and page.input_value("[name=steps]") == "7"
+    assert sent == [("complementary", str(zoo))]
+
+    build = zoo_builds.load("complementary")
+    assert build is not None
+    build.state, build.ready = "building", ["tiny-llama-char-add"]
+    build.save()
+    expect(status).to_have_text(
+        "Building the complementary zoo: 1 of 3 models ready.", timeout=15_000
+    )
+    build.state, build.ready = "ready", list(build.models)
+    build.save()
+    expect(status).to_have_text("Built: press Preview again.", timeout=15_000)
+    expect(button).to_be_hidden()
