@@ -124,6 +124,8 @@ def test_known_and_unknown_ids_show_the_known_and_name_the_others(
     html = response.content.decode()
     assert 'data-testid="selection-missing"' in html
     assert "Run 99999 does not exist or is not visible to you." in html
+    # Asked for two, shown one: said once, without "2 selected run(s): 1 run".
+    assert "Chosen by id (2 asked for): 1 run." in " ".join(html.split())
 
 
 def test_an_unknown_sweep_and_an_empty_filter_say_so(logged_in: Client) -> None:

@@ -81,7 +81,7 @@ def select_runs(user: AbstractBaseUser | AnonymousUser, params: QueryDict) -> Se
     elif params.get("runs") or params.getlist("run"):
         ids = _int_list(",".join([params.get("runs", ""), *params.getlist("run")]), "runs")
         queryset = queryset.filter(pk__in=ids)
-        description = f"{len(ids)} selected run(s)"
+        description = f"Chosen by id ({len(ids)} asked for)"
     else:
         parts = []
         if params.get("q_regime"):
