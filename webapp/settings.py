@@ -5,23 +5,10 @@ but Python: SQLite in ``var/``, an embedded SQLite Celery broker in ``var/``, an
 local executor. Production (``MRL_PRODUCTION=true``) refuses to start without a
 ``SECRET_KEY`` and turns on the secure-cookie and HTTPS settings.
 
-The variables, grouped by integration:
-
-- Core: ``MRL_PRODUCTION``, ``SECRET_KEY``, ``DEBUG``, ``ALLOWED_HOSTS``,
-  ``CSRF_TRUSTED_ORIGINS``, ``MRL_VAR_DIR``.
-- Database: ``DATABASE_URL`` (``postgres://user@host:5432/name``; default a SQLite file).
-- Celery: ``CELERY_BROKER_URL`` (``redis://...``; default the embedded SQLite broker,
-  ``mrl-sqlite+sqlite:///var/broker.sqlite3``), ``MRL_BROKER_POLLING_SECONDS``,
-  ``CELERY_RESULT_BACKEND`` (default: results are not stored).
-- Runs: ``MRL_RUN_ROOT`` (where run directories live), ``MRL_EXECUTOR`` (``local`` or
-  ``slurm``), ``MRL_LOCAL_MAX_JOBS`` (local jobs at once); recovery:
-  ``MRL_STALE_QUEUED_SECONDS``, ``MRL_STALE_SUBMIT_SECONDS``,
-  ``MRL_FORGOTTEN_GRACE_SECONDS``, ``MRL_TIME_LIMIT_RESUMES``; comparisons' read cache:
-  ``MRL_SERIES_PACK_SECONDS``, ``MRL_PACK_RUNS_PER_SYNC``, ``MRL_ROLLUP_RUNS_PER_SYNC``.
-- Task data: ``MRL_TASK_DATA_DIRS`` (where file tasks' train/val files and evaluation
-  suites may live), ``MRL_MODEL_DIRS`` (where local model and tokenizer directories may).
-- Slurm defaults for submitted jobs: ``SLURM_PARTITION``, ``SLURM_ACCOUNT``,
-  ``SLURM_QOS``, ``SLURM_TIME_LIMIT``, ``SLURM_GPUS_PER_NODE``.
+Every variable read here is declared, with its default and what it does, in
+``webapp/env_vars.py``; ``docs/ENVIRONMENT.md`` is the table generated from it
+(``python -m webapp.env_vars > docs/ENVIRONMENT.md``). A read of an undeclared variable
+fails ``tests/test_environment_documented.py``.
 """
 
 from __future__ import annotations
