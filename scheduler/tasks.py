@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 
 from celery import Task, shared_task
 from celery.signals import worker_init, worker_ready
@@ -55,16 +56,33 @@ def _backoff(retries: int) -> float:
     return float(min(120, 2 ** (retries + 1)))
 
 
+def _with_retries(
+    task: Task, call: Callable[[], str], on_error: Callable[[BackendError], str] | None = None
+) -> str:
+    """``call()``, for a task bound with ``max_retries=MAX_RETRIES``: a transient
+    BackendError while ``task`` has retries left sends it again after :func:`_backoff`
+    (``task.retry`` raises celery's Retry). A permanent error, or a transient one with the
+    retries spent, goes to ``on_error`` (what it returns is the task's result) or, without
+    one, is raised again (the task fails)."""
+    try:
+        return call()
+    except BackendError as exc:
+        if exc.transient and task.request.retries < MAX_RETRIES:
+            raise task.retry(exc=exc, countdown=_backoff(task.request.retries)) from exc
+        if on_error is None:
+            raise
+        return on_error(exc)
+
+
 @shared_task(bind=True, name=dispatch.RUN_SUBMIT, max_retries=MAX_RETRIES)
 def run_submit(self: Task, run_id: int) -> str:
     """Claim queued run ``run_id`` and start its job (idempotent: a replay is skipped)."""
-    try:
-        return submit.submit(run_id)
-    except BackendError as exc:
-        if exc.transient and self.request.retries < MAX_RETRIES:
-            raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+
+    def fail(exc: BackendError) -> str:
         submit.fail_submission(run_id, f"submission failed: {exc}")
         return "failed"
+
+    return _with_retries(self, lambda: submit.submit(run_id), fail)
 
 
 @shared_task(name="scheduler.tasks.runs_sync")
@@ -115,24 +133,14 @@ def zoo_build(recipe: str, zoo_dir: str) -> str:
 @shared_task(bind=True, name=dispatch.RUN_CANCEL, max_retries=MAX_RETRIES)
 def run_cancel(self: Task, run_id: int) -> str:
     """Stop run ``run_id``'s job and mark it cancelled."""
-    try:
-        return cancel.cancel(run_id)
-    except BackendError as exc:
-        if exc.transient and self.request.retries < MAX_RETRIES:
-            raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
-        raise
+    return _with_retries(self, lambda: cancel.cancel(run_id))
 
 
 # --- evaluations ---------------------------------------------------------------------------
 @shared_task(bind=True, name=dispatch.EVALUATION_SUBMIT, max_retries=MAX_RETRIES)
 def evaluation_submit(self: Task, evaluation_id: int) -> str:
     """Claim queued evaluation ``evaluation_id`` and start its job (a replay is skipped)."""
-    try:
-        return evaluations.submit(evaluation_id)
-    except BackendError as exc:
-        if exc.transient and self.request.retries < MAX_RETRIES:
-            raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
-        raise
+    return _with_retries(self, lambda: evaluations.submit(evaluation_id))
 
 
 @shared_task(name=dispatch.EVALUATIONS_SYNC)
@@ -148,9 +156,4 @@ def evaluations_sync() -> dict[str, int]:
 @shared_task(bind=True, name=dispatch.EVALUATION_CANCEL, max_retries=MAX_RETRIES)
 def evaluation_cancel(self: Task, evaluation_id: int) -> str:
     """Stop evaluation ``evaluation_id``'s job and mark it cancelled."""
-    try:
-        return evaluations.cancel(evaluation_id)
-    except BackendError as exc:
-        if exc.transient and self.request.retries < MAX_RETRIES:
-            raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
-        raise
+    return _with_retries(self, lambda: evaluations.cancel(evaluation_id))

@@ -68,16 +68,17 @@ TRUNCATIONS_FILE = "spool_truncations.jsonl"
 
 POINT_FIELDS = POINT.written
 """A point line's fields, in order (every field of the contract's point)."""
-EVENT_FIELDS = EVENT.written
-"""The fields of every event line, in order."""
+EVENT_WRITTEN_FIELDS = EVENT.written
+"""The fields every event line is written with, in order (what ingestion accepts is
+``webapp.api.batch.EVENT_ALLOWED_FIELDS``, these and the optional ones)."""
 EVENT_OPTIONAL_FIELDS = EVENT.optional
 """The fields an event line has only when known (``samples``)."""
 
 __all__ = [
     "EVENTS_FILE",
-    "EVENT_FIELDS",
     "EVENT_KINDS",
     "EVENT_OPTIONAL_FIELDS",
+    "EVENT_WRITTEN_FIELDS",
     "MAX_EVENT_SAMPLES",
     "MAX_SAMPLE_TEXT",
     "MAX_SAMPLE_TOKENS",

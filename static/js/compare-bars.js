@@ -11,8 +11,7 @@
 "use strict";
 
 (function () {
-  const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
-  const num = (value) => (typeof value === "string" ? NON_FINITE[value] : value);
+  const { toNumber: num } = window.MRLNonFinite; // "NaN", "Infinity", "-Infinity" as numbers
   const PATTERNS = { solid: "", dash: "/", dot: ".", dashdot: "x" };
   // The bars of a category take a quarter of its width each, at most 0.8 of it together
   // (the exports' rule, webapp/compare/bars_export.py::bar_span).

@@ -17,9 +17,9 @@
 (function () {
   const { plain, legend, plotMeta } = window.MRLPlotText;
   const { themed } = window.MRLPlotTheme;
+  const { toNumber: num } = window.MRLNonFinite; // "NaN", "Infinity", "-Infinity" as numbers
   const config = JSON.parse(document.getElementById("compare-page-config").textContent);
   const controls = document.getElementById("compare-controls");
-  const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
 
   function el(tag, attrs = {}, text = "") {
     const node = document.createElement(tag);
@@ -27,8 +27,6 @@
     if (text) node.textContent = text;
     return node;
   }
-
-  const num = (value) => (typeof value === "string" ? NON_FINITE[value] : value);
 
   // A header cell for a label of any length: drawn in at most a few lines (app.css
   // .cell-label), then `after` (a statistic's name) in full; the whole text in its title.
@@ -217,7 +215,10 @@
   async function refresh() {
     const params = viewParams();
     const view = currentView();
-    const summaryMetric = document.getElementById("summary-metric-select").value || "val/reward@1";
+    // No key chosen (no series yet): the server's default table metric, which the page
+    // carries (views_compare.py's summary_metric).
+    const summarySelect = document.getElementById("summary-metric-select");
+    const summaryMetric = summarySelect.value || summarySelect.dataset.default;
     const notes = document.getElementById("compare-notes");
     history.replaceState(null, "", "?" + pageParams());
     document.getElementById("save-query").value = pageParams().toString();

@@ -10,8 +10,7 @@
 "use strict";
 
 (function () {
-  const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
-  const num = (value) => (typeof value === "string" ? NON_FINITE[value] : value);
+  const { toNumber: num } = window.MRLNonFinite; // "NaN", "Infinity", "-Infinity" as numbers
   const { plain, legend, plotMeta } = window.MRLPlotText;
   const ROW_PX = 30;
 

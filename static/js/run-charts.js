@@ -13,10 +13,11 @@
 (function () {
   const { config, el, getJSON, policyColour } = window.MRLRun;
   const { ema } = window.MRLSmoothing;
+  // "NaN", "Infinity", "-Infinity" from the series API as numbers (non-finite.js).
+  const { toNumber } = window.MRLNonFinite;
   // Plotly reads a few HTML tags (and %{...} in hovers): server strings go in through these.
   const { plain, legend, plotMeta } = window.MRLPlotText;
   const MAX_POINTS = 2000; // per trace; the series API downsamples above this
-  const NON_FINITE = { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity };
   const POOL = "_pool";
   const STORE = { smoothing: "mrl.run.smoothing", collapsed: "mrl.run.collapsedGroups" };
   // A chart whose values spread over less than this fraction of their size is drawn as
@@ -70,10 +71,6 @@
     } catch (error) {
       // storage off: the setting lasts as long as the page
     }
-  }
-
-  function toNumber(value) {
-    return typeof value === "string" ? NON_FINITE[value] : value;
   }
 
   const dataRevision = (chart) => `${chart.revision}.${view.revision}`;

@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from trainer.spool import EVENT_FIELDS, EVENT_KINDS, MAX_EVENT_SAMPLES, NON_FINITE, POINT_FIELDS
+from trainer.spool import (
+    EVENT_KINDS,
+    EVENT_WRITTEN_FIELDS,
+    MAX_EVENT_SAMPLES,
+    NON_FINITE,
+    POINT_FIELDS,
+)
 
 TOKEN = "run-7-secret-token-0123456789"
 RUN_PATH = "/api/v1/runs/7/ingest"
@@ -59,7 +65,7 @@ def validate(body: Any) -> tuple[list[dict], list[dict], dict | None]:
             raise ContractError(f"points[{i}].wall_time: must be a number")
     for i, event in enumerate(events):
         samples = event.pop("samples", None) if isinstance(event, dict) else None
-        _check_record(event, EVENT_FIELDS, f"events[{i}]")
+        _check_record(event, EVENT_WRITTEN_FIELDS, f"events[{i}]")
         if samples is not None:
             if not isinstance(samples, list) or len(samples) > MAX_EVENT_SAMPLES:
                 raise ContractError(f"events[{i}].samples: at most {MAX_EVENT_SAMPLES}")

@@ -13,7 +13,7 @@ import pytest
 
 from trainer import spool as spool_module
 from trainer.spool import (
-    EVENT_FIELDS,
+    EVENT_WRITTEN_FIELDS,
     POINT_FIELDS,
     Spool,
     SpoolOffsets,
@@ -106,7 +106,7 @@ def test_make_event_has_exactly_the_contract_fields() -> None:
         "count": 1,
         "weight": None,
     }
-    assert tuple(event) == EVENT_FIELDS
+    assert tuple(event) == EVENT_WRITTEN_FIELDS
     assert make_event(1, "a", "b", "rollout", "x", count=4, weight=0.5)["weight"] == 0.5
 
 

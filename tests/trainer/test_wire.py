@@ -40,7 +40,7 @@ def test_the_contract_imports_without_torch_or_django() -> None:
 
 def test_the_spool_writes_the_contracts_fields_in_its_order() -> None:
     assert spool.POINT_FIELDS == wire.POINT.names == ("policy", "key", "step", "value", "wall_time")
-    assert wire.EVENT.names == spool.EVENT_FIELDS + spool.EVENT_OPTIONAL_FIELDS
+    assert wire.EVENT.names == spool.EVENT_WRITTEN_FIELDS + spool.EVENT_OPTIONAL_FIELDS
     assert spool.EVENT_OPTIONAL_FIELDS == ("samples",)
     assert wire.SAMPLE.written == ("text", "truncated")
     assert wire.POINT.required == {"policy", "key", "step", "value"}

@@ -70,7 +70,7 @@ from trainer.wire import (
 )
 
 __all__ = [
-    "EVENT_FIELDS",
+    "EVENT_ALLOWED_FIELDS",
     "EVENT_KINDS",
     "EVENT_REQUIRED",
     "MAX_EVENTS",
@@ -105,8 +105,10 @@ __all__ = [
     "parse_status",
 ]
 
+# Per record: the fields it may have (allowed) and those it must have (required). Not the
+# fields a trainer writes a record with (trainer.spool.EVENT_WRITTEN_FIELDS).
 POINT_FIELDS, POINT_REQUIRED = POINT.allowed, POINT.required
-EVENT_FIELDS, EVENT_REQUIRED = EVENT.allowed, EVENT.required
+EVENT_ALLOWED_FIELDS, EVENT_REQUIRED = EVENT.allowed, EVENT.required
 SAMPLE_FIELDS, SAMPLE_REQUIRED = SAMPLE.allowed, SAMPLE.required
 STATUS_FIELDS, STATUS_REQUIRED = STATUS.allowed, STATUS.required
 BATCH_FIELDS = BATCH.allowed
@@ -470,7 +472,7 @@ def parse_samples(where: str, value: Any) -> list[dict[str, Any]] | None:
 def parse_event(where: str, record: Any, kinds: Set[str] | None = None) -> EventIn:
     """One event; ``kinds`` are the event kinds allowed (default: the registry's now;
     :func:`parse_batch` reads them once for the whole batch)."""
-    _fields(where, record, EVENT_FIELDS, EVENT_REQUIRED)
+    _fields(where, record, EVENT_ALLOWED_FIELDS, EVENT_REQUIRED)
     kind = _choice(where, _KIND, record["kind"], _kinds() if kinds is None else kinds)
     return EventIn(
         _event_step(where, record["step"]),

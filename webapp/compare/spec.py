@@ -20,11 +20,14 @@ from urllib.parse import urlencode
 
 from django.http import QueryDict
 
+from trainer import metrics as m
 from webapp.compare.grouping import EXPERIMENT, GROUP_BY_PATTERN
 from webapp.compare.stats import BANDS
 
 X_AXES = ("step", "rollouts", "tokens", "wall_time")
-DEFAULT_METRICS = ("val/reward@1", "train/reward_mean")
+DEFAULT_METRICS = (m.VAL_REWARD_AT_1, m.TRAIN_REWARD_MEAN)
+DEFAULT_TABLE_METRIC = m.VAL_REWARD_AT_1
+"""The summary table's metric when the query names none (webapp.compare.views)."""
 MAX_RUNS, MAX_METRICS, MAX_POLICIES = 200, 16, 8
 MIN_BUCKETS, MAX_BUCKETS, DEFAULT_BUCKETS = 10, 2000, 500
 METRIC_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@:+-]{0,127}$")

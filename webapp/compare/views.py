@@ -56,7 +56,13 @@ from webapp.compare.selectors import (
     summary_build,
 )
 from webapp.compare.serialize import bars_json, comparison_json, significance_json, summary_json
-from webapp.compare.spec import METRIC_PATTERN, ComparisonSpec, SpecError, bool_param
+from webapp.compare.spec import (
+    DEFAULT_TABLE_METRIC,
+    METRIC_PATTERN,
+    ComparisonSpec,
+    SpecError,
+    bool_param,
+)
 
 View = Callable[..., HttpResponse]
 EXPORT_FORMATS = ("pdf", "svg", "png", "csv", "zip")
@@ -70,7 +76,6 @@ CONTENT_TYPES = {
     "zip": "application/zip",
     "tex": "application/x-tex; charset=utf-8",
 }
-DEFAULT_TABLE_METRIC = "val/reward@1"
 SIGNIFICANCE = "significance"
 
 

@@ -15,8 +15,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from scheduler.launch import sweep_launch
+from trainer import metrics as m
 from trainer.config import ConfigError
+from trainer.tasks.addition_slices import SLICES
 from webapp.compare.bars import SCORE_LABELS, VIEW_TITLES, eval_suites
+from webapp.compare.spec import DEFAULT_METRICS, DEFAULT_TABLE_METRIC
 from webapp.core.selectors import worker_status
 from webapp.experiments import services
 from webapp.experiments.compare_selection import (
@@ -31,22 +34,28 @@ from webapp.experiments.permissions import get_viewable, lab_ids
 from webapp.experiments.selectors import with_list_columns
 from webapp.experiments.sweep_forms import SweepForm
 
+
+def _per_skill(skills: tuple[str, ...]) -> list[str]:
+    """The per-skill validation keys (trainer/policy.py): ``val/reward@1/<skill>``."""
+    return [f"{m.VAL_REWARD_AT_1}/{skill}" for skill in skills]
+
+
 # The paper's standard figures, as view settings (the selection stays the user's).
 PRESETS: dict[str, dict[str, Any]] = {
     "fig4": {
         "title": "Figure 4: val reward@1 and training reward per policy",
-        "params": {"metric": ["val/reward@1", "train/reward_mean"], "group_by": "regime"},
+        "params": {"metric": [m.VAL_REWARD_AT_1, m.TRAIN_REWARD_MEAN], "group_by": "regime"},
     },
     "fig5": {
         "title": "Figure 5: entropy, KL coefficient and KL loss",
         "params": {
-            "metric": ["actor/entropy", "actor/kl_coef", "actor/kl_loss"],
+            "metric": [m.ENTROPY, m.KL_COEF, m.KL_LOSS],
             "group_by": "regime",
         },
     },
     "remix": {
         "title": "ReMix: rollouts vs accuracy",
-        "params": {"metric": ["val/reward@1"], "group_by": "off_policy", "x": "rollouts"},
+        "params": {"metric": [m.VAL_REWARD_AT_1], "group_by": "off_policy", "x": "rollouts"},
     },
     # The bar views (webapp/compare/bars.py): the final checkpoints' evaluation per task,
     # and the final validation reward relative to the standalone runs.
@@ -58,7 +67,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "title": "Figure 11: relative improvement over standalone",
         "params": {
             "view": "relative",
-            "metric": ["val/reward@1"],
+            "metric": [m.VAL_REWARD_AT_1],
             "group_by": "regime",
             "baseline": "standalone",
         },
@@ -68,11 +77,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "complementary": {
         "title": "Complementary skills: validation reward@1 per skill",
         "params": {
-            "metric": [
-                "val/reward@1/addition",
-                "val/reward@1/subtraction",
-                "val/reward@1/multiplication",
-            ],
+            "metric": _per_skill(("addition", "subtraction", "multiplication")),
             "group_by": "regime",
         },
     },
@@ -81,12 +86,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gap": {
         "title": "Systematic gap: validation reward@1 per slice",
         "params": {
-            "metric": [
-                "val/reward@1/no_carry",
-                "val/reward@1/carry",
-                "val/reward@1/overflow",
-                "val/reward@1/carry_overflow",
-            ],
+            "metric": _per_skill(SLICES),
             "group_by": "regime",
         },
     },
@@ -96,7 +96,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "title": "Systematic gap: does a regime lift the carry slice? (paired t, Holm)",
         "params": {
             "view": "significance",
-            "metric": ["val/reward@1/carry"],
+            "metric": _per_skill(("carry",)),
             "group_by": "regime",
             "baseline": "standalone",
         },
@@ -252,7 +252,8 @@ def _compare_page(
         "selection_query": selection_query,
         "keys": keys,
         "policies": policies,
-        "chosen_metrics": params.getlist("metric") or ["val/reward@1", "train/reward_mean"],
+        "chosen_metrics": params.getlist("metric") or list(DEFAULT_METRICS),
+        "summary_metric": DEFAULT_TABLE_METRIC,
         "chosen_policies": params.getlist("policy"),
         "params": params,
         "presets": PRESETS,
