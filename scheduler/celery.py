@@ -4,7 +4,7 @@ import os
 
 from celery import Celery
 
-from scheduler import embedded_broker
+import scheduler.embedded_broker as embedded_broker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 

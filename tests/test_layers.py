@@ -5,7 +5,14 @@ its own layer and those below it, never one above, not even inside a function. T
 points (views, URL confs, settings, management commands, the Celery bootstrap in
 ``webapp/__init__.py``) sit on top and may import any layer.
 
-The imports are read from the source (AST), so a lazy import inside a function counts.
+Inside ``trainer`` (issue 32): :mod:`trainer.declarations` is the leaf (it imports nothing
+of the trainer but :mod:`trainer.registry`); the declarations, ``trainer.core`` and the
+modules below the regimes (config, metrics, wire, spool) import no regime; a regime
+imports neither the worker (``trainer.run``) nor the CLI. And no import cycle exists
+anywhere among the first-party modules.
+
+The imports are read from the source (AST), so a lazy import inside a function counts;
+an import under ``if TYPE_CHECKING:`` is never executed and does not count for cycles.
 """
 
 from __future__ import annotations
@@ -68,11 +75,12 @@ def first_party_modules() -> Iterator[tuple[str, Path]]:
                 yield ".".join(parts), path
 
 
-def imports_of(module: str, path: Path) -> list[str]:
+def imports_of(module: str, path: Path, tree: ast.Module | None = None) -> list[str]:
     """Every module ``path`` imports, at any depth (relative imports resolved)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = tree or ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -83,6 +91,180 @@ def imports_of(module: str, path: Path) -> list[str]:
             names.append(base)
             names += [f"{base}.{alias.name}" for alias in node.names]
     return [name for name in names if layer(name) is not None]
+
+
+TRAINER_RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    # (modules the rule is about (a prefix), what they may not import (prefixes), why)
+    ("trainer.declarations", ("trainer.",), "the declarations are the leaf"),
+    ("trainer.core", ("trainer.regimes",), "the core knows no regime"),
+    *(
+        (below, ("trainer.regimes",), "reads the registry in trainer.declarations")
+        for below in ("trainer.config", "trainer.metrics", "trainer.wire", "trainer.spool")
+    ),
+    ("trainer.regimes", ("trainer.run", "trainer.cli"), "a regime is run, it runs nothing"),
+)
+LEAF_ALLOWED = ("trainer.registry",)
+
+
+def trainer_rule_breaks(module: str, imported: list[str]) -> list[str]:
+    """The names in ``imported`` that ``module`` may not import by :data:`TRAINER_RULES`."""
+    broken = []
+    for subject, forbidden, _why in TRAINER_RULES:
+        if not _within(module, subject):
+            continue
+        for name in imported:
+            if any(_within(name, allowed) for allowed in LEAF_ALLOWED) or _within(name, subject):
+                continue
+            if any(
+                _within(name, prefix.rstrip(".")) or name.startswith(prefix) for prefix in forbidden
+            ):
+                broken.append(name)
+    return sorted(set(broken))
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _runtime_tree(path: Path) -> ast.Module:
+    """``path``'s syntax tree without the bodies of ``if TYPE_CHECKING:`` (never run)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            node.body = []
+    return tree
+
+
+def runtime_imports(module: str, path: Path) -> list[str]:
+    """:func:`imports_of` without the imports under ``if TYPE_CHECKING:``."""
+    return imports_of(module, path, tree=_runtime_tree(path))
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def import_graph() -> dict[str, set[str]]:
+    """First-party module -> the first-party modules it imports at run time (any depth,
+    functions included). ``from package import submodule`` is an edge to the submodule,
+    not to the package (Python initialises a package before any of its submodules,
+    whoever imports them); ``from package import name`` is an edge to the package."""
+    modules = dict(first_party_modules())
+
+    def resolve(name: str) -> str | None:
+        parts = name.split(".")
+        while parts:
+            if ".".join(parts) in modules:
+                return ".".join(parts)
+            parts.pop()
+        return None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets: set[str | None] = set()
+        for node in ast.walk(_runtime_tree(path)):
+            if isinstance(node, ast.Import):
+                targets |= {resolve(alias.name) for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}"
+                    targets.add(submodule if submodule in modules else resolve(base))
+        graph[module] = {target for target in targets if target and target != module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_import_cycle_anywhere() -> None:
+    cycles = import_cycles(import_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_a_lazy_cycle_and_ignores_type_checking(tmp_path: Path) -> None:
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    source = tmp_path / "config.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from trainer.regimes.base import Regime\n"
+        "def f():\n    from trainer.regimes import regime_spec\n"
+    )
+    assert runtime_imports("trainer.config", source) == [
+        "trainer.regimes",
+        "trainer.regimes.regime_spec",
+    ]
+
+
+def test_the_trainer_keeps_its_inner_rules() -> None:
+    problems = []
+    for module, path in first_party_modules():
+        for name in trainer_rule_breaks(module, runtime_imports(module, path)):
+            problems.append(f"{path.relative_to(REPO)} imports {name}")
+    assert not problems, "trainer rule breaks:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("module", "imported", "broken"),
+    [
+        # What the old code did: config, wire and metrics reached the registry through
+        # the regimes package (and so imported every regime).
+        ("trainer.config", ["trainer.regimes"], ["trainer.regimes"]),
+        ("trainer.metrics", ["trainer.regimes.sgt"], ["trainer.regimes.sgt"]),
+        ("trainer.wire", ["trainer.declarations"], []),
+        ("trainer.declarations", ["trainer.metrics"], ["trainer.metrics"]),
+        ("trainer.declarations", ["trainer.registry", "re"], []),
+        ("trainer.core.objectives", ["trainer.regimes.prp"], ["trainer.regimes.prp"]),
+        ("trainer.core.objectives", ["trainer.declarations", "trainer.metrics"], []),
+        ("trainer.regimes.sgt.regime", ["trainer.run"], ["trainer.run"]),
+        ("trainer.regimes.sgt.regime", ["trainer.cli"], ["trainer.cli"]),
+        ("trainer.regimes.sgt.regime", ["trainer.policy", "trainer.regimes.base"], []),
+        ("trainer.run", ["trainer.regimes"], []),
+    ],
+)
+def test_the_trainer_rules_flag_exactly_their_breaks(
+    module: str, imported: list[str], broken: list[str]
+) -> None:
+    assert trainer_rule_breaks(module, imported) == broken
 
 
 def test_no_module_imports_a_layer_above_its_own() -> None:

@@ -1,7 +1,9 @@
 """A regime is one declaration: a toy regime registered here, in this module only, shows
 up in config validation, the trainer's regime factory, the compose form, the run page's
 chart groups and transfer filter, the ingestion API and the comparison's order and
-colours, with no other file changed (issue 19)."""
+colours, with no other file changed (issue 19). And a regime of another package, with a
+name of 30 characters, installed as a plug-in through the entry-point group, leaves
+every other regime's configs as they were and saves its own runs (issue 32)."""
 
 from __future__ import annotations
 
@@ -167,3 +169,87 @@ def test_the_run_page_charts_and_filters_the_toy_regime(toy: RegimeSpec, alice: 
     config_json = config_json[config_json.index(">") + 1 : config_json.index("</script>")]
     page_config = json.loads(config_json)
     assert page_config["metrics"][TOY_BOOST]["label"] == "Toy boost"
+
+
+# --- a plug-in: another package, installed, found through its entry point ------------------
+PLUGIN_NAME = "whispering_peers_long_name_xyz"
+PLUGIN_SOURCE = f"""
+from dataclasses import dataclass, field
+
+from trainer.declarations import EventKind, RegimeSpec, register_regime
+
+
+@dataclass
+class WhisperConfig:
+    volume: float = field(default=0.25, metadata={{"help": "How loud (>= 0)", "min": 0}})
+
+
+SPEC = register_regime(
+    RegimeSpec(
+        name="{PLUGIN_NAME}",
+        label="Long-named whispering",
+        summary="Peers whisper, under a long name.",
+        implementation="tests.test_toy_regime:ToyRegime",
+        order=20,
+        colour="#117733",
+        config=WhisperConfig,
+        event_kinds=(EventKind("long_whisper", "long whisper (plug-in)"),),
+    )
+)
+"""
+
+
+@pytest.fixture
+def installed_plugin(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A package on sys.path with a distribution's metadata naming it in the entry-point
+    group, as ``pip install`` of a plug-in leaves it; gone after the test."""
+    import sys
+
+    from trainer import declarations
+
+    (tmp_path / "mrl_whisper_plugin").mkdir()
+    (tmp_path / "mrl_whisper_plugin" / "__init__.py").write_text(PLUGIN_SOURCE)
+    dist = tmp_path / "mrl_whisper_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: mrl-whisper-plugin\nVersion: 0.1\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        f"[{declarations.ENTRY_POINT_GROUP}]\nwhisper = mrl_whisper_plugin\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        yield PLUGIN_NAME
+    finally:
+        if PLUGIN_NAME in declarations.REGIMES.names():
+            declarations.REGIMES.unregister(PLUGIN_NAME)
+        sys.modules.pop("mrl_whisper_plugin", None)
+
+
+@pytest.mark.django_db
+def test_a_plugin_with_a_30_character_name_is_found_and_changes_no_other_config(
+    installed_plugin: str, alice: User
+) -> None:
+    from webapp.experiments import services
+    from webapp.experiments.models import Run
+
+    assert len(installed_plugin) == 30 and installed_plugin not in regime_names()
+    standalone = {"name": "plain", "pool": toy_config()["pool"], "steps": 4}
+    before = RunConfig.from_dict(standalone).to_dict()
+
+    from trainer.declarations import load_regimes
+
+    load_regimes(rescan=True)  # as the entry points do at start-up
+    assert installed_plugin in regime_names()
+    # Every other regime's config is as it was: no section of the plug-in in it, so a
+    # trainer without the plug-in reads it.
+    assert RunConfig.from_dict(standalone).to_dict() == before
+    assert installed_plugin not in before
+    # The plug-in's own config carries its section, and its runs save (the regime
+    # columns hold the registry's longest name).
+    own = toy_config(regime=installed_plugin, **{installed_plugin: {"volume": 0.5}})
+    assert RunConfig.from_dict(own).to_dict()[installed_plugin] == {"volume": 0.5}
+    experiment = services.experiment_create(owner=alice, config=own, seeds=[0])
+    [run] = services.runs_create(experiment)
+    run.refresh_from_db()
+    assert Run.objects.get(pk=run.pk).regime == installed_plugin

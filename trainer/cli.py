@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import ConfigError, RunConfig
+from trainer.declarations import load_regimes
 from trainer.zoo import ZOO_RECIPES
 
 EXIT_UNSHIPPED = 3
@@ -181,6 +182,7 @@ def _evaluation_options(command: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    load_regimes()  # the built-in regimes and the installed plug-ins: a broken one fails here
     args = _parser().parse_args(argv)
     try:
         if args.command == "run":

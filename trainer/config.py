@@ -46,6 +46,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from trainer.declarations import regime_names, regime_spec, section_names
+
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DTYPES = ("float32", "bfloat16", "float16")
 ROLLOUT_CACHES = ("dynamic", "static")
@@ -411,24 +413,28 @@ class RunConfig:
     seed: int = field(default=0, metadata={"help": "Seeds prompts, init and sampling", "min": 0})
 
     def __post_init__(self) -> None:
-        """Every registered regime with settings gets its section (defaults if absent),
-        then the whole config is validated, as :meth:`from_dict` validates one read from
-        JSON (a :class:`ConfigError` with the same paths and messages)."""
-        from trainer.regimes import regime_spec, section_names
-
+        """The chosen regime gets its section (defaults if absent; other regimes' sections
+        are not kept: a regime owns its section), then the whole config is validated, as
+        :meth:`from_dict` validates one read from JSON (a :class:`ConfigError` with the
+        same paths and messages)."""
         if isinstance(self.sections, dict):
-            for name in section_names():
-                if name not in self.sections:
-                    self.sections[name] = regime_spec(name).section()
+            registered = section_names()
+            for name in [name for name in self.sections if name in registered]:
+                if name != self.regime:
+                    del self.sections[name]
+            if self.regime in registered:
+                self.sections.setdefault(self.regime, regime_spec(self.regime).section())
         self.validate()
 
     def section(self, regime: str) -> Any:
-        """The settings of ``regime`` (its :class:`~trainer.regimes.RegimeSpec` config)."""
-        if regime not in self.sections:
-            from trainer.regimes import regime_spec
-
-            self.sections[regime] = regime_spec(regime).section()
-        return self.sections[regime]
+        """The settings of ``regime`` (its :class:`~trainer.declarations.RegimeSpec`
+        config): this config's own for its regime, another regime's defaults (not kept)."""
+        if regime in self.sections:
+            return self.sections[regime]
+        section = regime_spec(regime).section()
+        if regime == self.regime:
+            self.sections[regime] = section
+        return section
 
     @property
     def total_steps(self) -> int:
@@ -439,16 +445,16 @@ class RunConfig:
 
     # --- JSON ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: each regime section is a top-level key where ``sections`` is."""
-        from trainer.regimes import section_names
-
+        """The JSON form: the chosen regime's section (when it has settings) is a
+        top-level key where ``sections`` is; no other regime's section is written, so a
+        config never names a regime it does not run (a trainer without a plug-in reads
+        every config that does not choose it)."""
         data: dict[str, Any] = {}
         for name, value in asdict(self).items():
             if name != "sections":
                 data[name] = value
-                continue
-            for regime in section_names():
-                data[regime] = asdict(self.section(regime))
+            elif self.regime in section_names():
+                data[self.regime] = asdict(self.section(self.regime))
         return data
 
     def to_json(self) -> str:
@@ -460,19 +466,22 @@ class RunConfig:
         unknown fields and wrong types, and every range and rule the rest breaks (checked
         with each wrong or missing value at its default, and not reported under a path
         that already has a problem: one round of fixes, never one stage at a time)."""
-        from trainer.regimes import regime_spec, section_names
-
         errors: dict[str, str] = {}
         if isinstance(data, dict):
             data = dict(data)
             sections: dict[str, Any] = {}
+            chosen = data.get("regime", cls.__dataclass_fields__["regime"].default)
             for regime in section_names():
-                if regime in data:
-                    section_class = regime_spec(regime).config
-                    assert section_class is not None
-                    sections[regime] = build_dataclass(
-                        section_class, data.pop(regime), regime, errors, lenient=True
-                    )
+                if regime not in data:
+                    continue
+                section = data.pop(regime)
+                if regime != chosen:
+                    continue  # another regime's settings (configs stored before 2026-12)
+                section_class = regime_spec(regime).config
+                assert section_class is not None
+                sections[regime] = build_dataclass(
+                    section_class, section, regime, errors, lenient=True
+                )
             if "sections" in data:
                 errors["sections"] = (
                     f"unknown field 'sections' in config; known fields: "
@@ -611,8 +620,6 @@ class RunConfig:
 
     def _type_problems(self) -> dict[str, str]:
         """Where a field does not hold its type, by path, in :meth:`from_dict`'s words."""
-        from trainer.regimes import regime_spec, section_names
-
         errors: dict[str, str] = {}
         _check_type(RunConfig, self, "", errors)
         if not isinstance(self.sections, dict):
@@ -633,11 +640,8 @@ class RunConfig:
         return errors
 
     def _validate_regime(self, check: typing.Callable[[bool, str, str], None]) -> None:
-        """``regime`` names a registered regime; every regime section is valid (each
-        regime's optional ``problems``; the ranges are checked with every section's),
-        whichever regime is chosen, since all are stored."""
-        from trainer.regimes import regime_names, regime_spec, section_names
-
+        """``regime`` names a registered regime; its section is valid (the regime's
+        optional ``problems``; the ranges are checked with every section's)."""
         known = regime_names()
         check(
             self.regime in known,
@@ -713,8 +717,6 @@ def stored_total_steps(data: Any) -> int | None:
     steps = data.get("steps") if isinstance(data, dict) else None
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         return None
-    from trainer.regimes import regime_spec
-
     regime = data.get("regime", "standalone")
     try:
         section = regime_spec(regime).settings_from(data.get(regime))
@@ -1104,8 +1106,6 @@ def _dataclass_items(hint: Any) -> Any:
 
 
 def _section_default(name: str) -> Any:
-    from trainer.regimes import regime_spec
-
     return regime_spec(name).section()
 
 
@@ -1118,8 +1118,6 @@ def _json_names(cls: type) -> list[str]:
     names: list[str] = []
     for spec in fields(cls):  # type: ignore[arg-type]
         if _is_sections(spec):
-            from trainer.regimes import section_names
-
             names.extend(section_names())
         else:
             names.append(spec.name)

@@ -6,7 +6,7 @@ aggregates written by rank 0.
 The end of the module is the metric catalogue, :func:`catalogue`: per key the name people
 read ("Validation reward@1", not ``val/reward@1``), its unit and its chart group; the
 keys every run logs are here (:data:`CORE_CATALOGUE`), each sharing regime declares its
-own (:class:`trainer.regimes.RegimeSpec`). The run
+own (:class:`trainer.declarations.RegimeSpec`). The run
 page, the compare page and the exported figures all name metrics from it
 (:func:`describe`, :func:`policy_label`). Every key the trainer logs must be in it (a
 test checks); a key it does not know is shown by its name, under "Other".
@@ -18,6 +18,26 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+
+from trainer.declarations import (
+    ENTROPY_GROUP,
+    KL,
+    OPTIM,
+    OTHER,
+    PG,
+    REGIMES,
+    REMIX,
+    RESPONSE,
+    REWARDS,
+    SHARING,
+    THROUGHPUT,
+    ChartGroup,
+    MetricInfo,
+    load_regimes,
+    regime_families,
+    regime_metrics,
+    regime_names,
+)
 
 POOL = "_pool"
 """Policy name of pool-wide points (a leading underscore: no real policy can take it)."""
@@ -94,42 +114,6 @@ REMIX_REPLAY_SIZE = "remix/replay_size"
 
 # --- the catalogue: display names, units, chart groups --------------------------------
 
-
-@dataclass(frozen=True)
-class ChartGroup:
-    """A chart group of the run page: ``slug`` (stable, for URLs and tests) and title."""
-
-    slug: str
-    title: str
-
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """What people read about metric ``key``: its ``label``, its ``unit`` ("" when it has
-    none: rewards, losses, fractions) and its chart ``group``."""
-
-    key: str
-    label: str
-    unit: str
-    group: ChartGroup
-
-    @property
-    def axis_label(self) -> str:
-        """The label with its unit, for an axis: "Step time (s)"."""
-        return f"{self.label} ({self.unit})" if self.unit else self.label
-
-
-REWARDS = ChartGroup("rewards", "Rewards")
-ENTROPY_GROUP = ChartGroup("entropy", "Entropy")
-KL = ChartGroup("kl", "KL loss and coefficient")
-PG = ChartGroup("pg", "Policy-gradient loss and clip fraction")
-RESPONSE = ChartGroup("response", "Response length and self-reflection")
-REMIX = ChartGroup("remix", "ReMix off-policy reuse")
-SHARING = ChartGroup("sharing", "Sharing regime")
-THROUGHPUT = ChartGroup("throughput", "Throughput")
-OPTIM = ChartGroup("optim", "Optimiser")
-OTHER = ChartGroup("other", "Other")
-"""The group of keys the catalogue does not know."""
 
 GROUPS: tuple[ChartGroup, ...] = (
     REWARDS,
@@ -239,8 +223,7 @@ _cached: tuple[int, Catalogue] | None = None
 def catalogue() -> Catalogue:
     """The catalogue with the regimes registered now (rebuilt only when they change)."""
     global _cached
-    from trainer.regimes import REGIMES, regime_families, regime_metrics, regime_names
-
+    load_regimes()
     if _cached is not None and _cached[0] == REGIMES.version:
         return _cached[1]
     regime_entries = tuple(regime_metrics())

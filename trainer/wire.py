@@ -33,10 +33,10 @@ import math
 import numbers
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, overload
 
-if TYPE_CHECKING:
-    from trainer.regimes import EventKind
+from trainer import declarations
+from trainer.declarations import EventKind
 
 MAX_INT32 = 2**31 - 1
 """The largest ``step`` and ``count`` (PostgreSQL's ``integer``)."""
@@ -77,24 +77,18 @@ class WireError(TypeError, ValueError):
 def event_kinds() -> list[EventKind]:
     """Every registered sharing regime's event kinds (``.name``, ``.label``), in display
     order, as the registry holds them now."""
-    from trainer.regimes import event_kinds as registered
-
-    return registered()
+    return declarations.event_kinds()
 
 
 def event_kind_names() -> tuple[str, ...]:
     """The names an event's ``kind`` may take now (read from the registry at each call)."""
-    from trainer.regimes import event_kind_names as registered
-
-    return registered()
+    return declarations.event_kind_names()
 
 
 def event_kind_choices() -> list[tuple[str, str]]:
     """``(name, label)`` of every registered event kind: Django ``choices`` as a callable,
     so a regime registered after the model was loaded counts too."""
-    from trainer.regimes import event_kind_choices as registered
-
-    return registered()
+    return declarations.event_kind_choices()
 
 
 class _EventKindNames(Sequence[str]):

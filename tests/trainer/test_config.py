@@ -22,6 +22,7 @@ from trainer.config import (
     TaskConfig,
     bound_problem,
 )
+from trainer.declarations import section_names
 from trainer.regimes.prp import PRPConfig
 from trainer.regimes.sgt import SGTConfig
 
@@ -178,6 +179,7 @@ def test_missing_pool_is_reported() -> None:
 def test_the_declared_ranges_give_fix_it_messages() -> None:
     data = _config(steps=0, success_threshold=0.0, remix={"replay_fraction": 2.0})
     data["pool"][0] |= {"group_size": 1, "temperature": 0.0, "micro_batch_size": 10**6}
+    data["regime"] = "sgt"
     data["sgt"] = {"lambda_sgt": -1.0}
     data["grpo"] = {"clip_eps": 1.0}
     assert _errors(data) == {
@@ -287,8 +289,10 @@ def _built_errors(build: Any) -> dict[str, str]:
             lambda: RunConfig(pool=_pool(), task=TaskConfig(kind="math_file")),
         ),
         (
-            _config(prp={"k_peer": 0, "c_bar": float("inf")}),
-            lambda: RunConfig(pool=_pool(), sections={"prp": PRPConfig(k_peer=0, c_bar=math.inf)}),
+            _config(regime="prp", prp={"k_peer": 0, "c_bar": float("inf")}),
+            lambda: RunConfig(
+                pool=_pool(), regime="prp", sections={"prp": PRPConfig(k_peer=0, c_bar=math.inf)}
+            ),
         ),
     ],
     ids=["steps", "one-policy", "lr-type", "types", "ranges", "remix", "regime", "task", "prp"],
@@ -319,9 +323,11 @@ def test_the_pool_entries_are_checked_one_by_one_when_built_directly() -> None:
 
 
 def test_a_valid_config_built_directly_equals_the_one_from_json() -> None:
-    built = RunConfig(pool=_pool(lr=2e-4), steps=7, sections={"sgt": SGTConfig(k_sgt=2)})
+    built = RunConfig(
+        pool=_pool(lr=2e-4), steps=7, regime="sgt", sections={"sgt": SGTConfig(k_sgt=2)}
+    )
     assert built == RunConfig.from_dict(
-        _config(steps=7, sgt={"k_sgt": 2})
+        _config(steps=7, regime="sgt", sgt={"k_sgt": 2})
         | {
             "pool": [
                 {"name": "llama", "model": "zoo:tiny-llama-char"},
@@ -329,7 +335,11 @@ def test_a_valid_config_built_directly_equals_the_one_from_json() -> None:
             ]
         }
     )
-    assert set(built.sections) >= {"prp", "xgrpo", "sgt"}  # the rest at their defaults
+    assert set(built.sections) == {"sgt"}  # a regime owns its section: no other is kept
+    # Built directly with another regime's section: not kept either, as from JSON.
+    other = RunConfig(pool=_pool(), sections={"sgt": SGTConfig(k_sgt=2)})
+    assert other.sections == {} and other == RunConfig.from_dict(_config(sgt={"k_sgt": 2}))
+    assert other.section("sgt") == SGTConfig() and other.sections == {}  # defaults, not kept
 
 
 def test_replace_and_validate_check_a_changed_config_again() -> None:
@@ -341,3 +351,19 @@ def test_replace_and_validate_check_a_changed_config_again() -> None:
     with pytest.raises(ConfigError) as caught:
         config.validate()
     assert caught.value.errors == {"grpo.mini_batches": "mini_batches must be >= 1; got 0"}
+
+
+# --- a regime owns its section (issue 32) ---------------------------------------------------
+def test_a_config_stores_only_its_own_regimes_section() -> None:
+    """A standalone config names no other regime; an SGT config carries the SGT section
+    only; a config stored before (every regime's section) reads, keeping its own."""
+    standalone = RunConfig.from_dict(_config()).to_dict()
+    assert not set(standalone) & set(section_names())
+    sgt = RunConfig.from_dict(_config(regime="sgt", sgt={"lambda_sgt": 0.3})).to_dict()
+    assert sgt["sgt"] == {"lambda_sgt": 0.3, "k_sgt": 1}
+    assert not (set(sgt) & set(section_names())) - {"sgt"}
+    stored = _config(regime="sgt", sgt={"lambda_sgt": 0.3})
+    stored |= {name: {} for name in section_names() if name != "sgt"}
+    assert RunConfig.from_dict(stored).to_dict() == sgt
+    # Another regime's section is not this config's business, even when it is wrong.
+    assert RunConfig.from_dict(_config(sgt={"lambda_sgt": -1.0})).to_dict() == standalone

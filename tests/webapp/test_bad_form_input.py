@@ -482,11 +482,7 @@ def _errors(composer: ExperimentComposer, where: str) -> str:
         ({"name": SCRIPT}, "name", "is not a valid name"),
         ({"name": "$(rm -rf ~)"}, "name", "is not a valid name"),
         ({"regime": "'; DROP TABLE x; --"}, "regime", "Select a valid choice"),
-        (
-            {"prp": {"k_peer": 0}},
-            "form",
-            "Peer Rollout Pooling · Peer rollouts (k): k_peer must be >= 1; got 0",
-        ),
+        ({"regime": "prp", "prp": {"k_peer": 0}}, "prp:k_peer", "k_peer must be >= 1; got 0"),
         ({"grpo": [1, 2]}, "form", "grpo must be a JSON object"),
     ],
 )

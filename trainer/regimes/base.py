@@ -9,11 +9,12 @@ A regime is a strategy with two hooks around the Shared Experience Exchange:
    every crossing, and the regime's metrics.
 
 A regime's declaration (name, settings, metrics, event kinds, label, colour) is its
-:class:`~trainer.regimes.spec.RegimeSpec`; the spec names this class's subclass.
+:class:`~trainer.declarations.RegimeSpec`; the spec names this class's subclass.
 """
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +36,12 @@ class RegimeStep:
 
 
 class Regime(ABC):
-    """A sharing regime, instantiated once per policy worker."""
+    """A sharing regime, instantiated once per policy worker.
 
-    name: ClassVar[str]
-    """The name of its :class:`~trainer.regimes.spec.RegimeSpec`."""
+    Its name is declared once, in its :class:`~trainer.declarations.RegimeSpec`: an
+    instance is built for a run config of that regime (:func:`make_regime`) and reads
+    its name there (:attr:`name`)."""
+
     settings: Any
     """Its section of the run config (``config.section(name)``; None without settings)."""
     topics: ClassVar[dict[str, type]] = {}
@@ -49,9 +52,29 @@ class Regime(ABC):
     ) -> None:
         self.config = config
         self.learner = learner
-        self.settings = config.sections.get(self.name)
+        self.settings = config.sections.get(config.regime)
         self.tokenizer_dirs = dict(tokenizer_dirs or {})
         """Every pool policy's tokenizer directory, for regimes that decode peers' ids."""
+
+    @property
+    def name(self) -> str:
+        """The regime's name: the run config's ``regime`` (its spec's ``name``)."""
+        return self.config.regime
+
+    def rng(self, step: int, *parts: object, stream: str = "") -> random.Random:
+        """A random generator seeded from the run seed, this step, the learner and
+        ``parts`` (e.g. a prompt id), under ``stream`` (default: the regime's name).
+
+        The same on every run of the same seed and on a resumed run (its seed is a
+        string, hashed by SHA-512 inside ``random``: never Python's salted ``hash()``), and
+        independent between learners, steps and streams. Use it for every random choice a
+        regime makes, so that exact resume holds.
+        """
+        key = "-".join(
+            str(part)
+            for part in (stream or self.name, self.config.seed, step, self.learner, *parts)
+        )
+        return random.Random(key)
 
     def publish(self, policy: Policy, rollouts: Rollouts, step: int) -> dict[str, Any]:
         """The topics this policy publishes at ``step`` (default: nothing)."""

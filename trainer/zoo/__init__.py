@@ -13,48 +13,35 @@ Importing this package is cheap (no torch): the web app may list :data:`ZOO_IDS`
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-ZOO_IDS: tuple[str, ...] = ("tiny-llama-char", "tiny-qwen-bpe", "tiny-gpt2-unigram")
-"""The normal zoo: three policies warm-started on the same arithmetic (levels 1-3)."""
-COMPLEMENTARY_IDS: tuple[str, ...] = (
-    "tiny-llama-char-add",
-    "tiny-qwen-bpe-sub",
-    "tiny-gpt2-unigram-mul",
+from trainer.zoo.catalog import (
+    ALL_ZOO_IDS,
+    COMPLEMENTARY_IDS,
+    GAP_IDS,
+    SHAPE_IDS,
+    ZOO_IDS,
+    ZOO_PREFIX,
+    ZOO_RECIPES,
+    default_zoo_dir,
 )
-"""The complementary-skills pool: the same three families, each warm-started on one skill
-of the mixed task (levels 3, 4, 6): addition, subtraction, multiplication."""
-GAP_IDS: tuple[str, ...] = (
-    "tiny-llama-char-sum",
-    "tiny-qwen-bpe-nocarry",
-    "tiny-gpt2-unigram-nohundreds",
-)
-"""The systematic-gap pool: the same three families on two-digit addition; one clean,
-one that always drops the ones carry, one that always drops the hundreds
-(:mod:`trainer.tasks.addition_slices`)."""
-SHAPE_IDS: tuple[str, ...] = ("shape-qwen2.5-0.5b", "shape-llama-3.2-1b")
-"""Random-init models with the architecture shapes of real checkpoints, for GPU
-benchmarks (:mod:`trainer.zoo.shapes`): built only when asked for (``--recipe shapes``),
-never by the default build."""
-ZOO_RECIPES: dict[str, tuple[str, ...]] = {
-    "default": ZOO_IDS,
-    "complementary": COMPLEMENTARY_IDS,
-    "gap": GAP_IDS,
-    "shapes": SHAPE_IDS,
-}
-"""The sets ``python -m trainer zoo build --recipe NAME`` builds."""
-ALL_ZOO_IDS: tuple[str, ...] = ZOO_IDS + COMPLEMENTARY_IDS + GAP_IDS + SHAPE_IDS
-ZOO_PREFIX = "zoo:"
 
-
-def default_zoo_dir() -> Path:
-    """``$MRL_ZOO_DIR`` if set, else ``~/.cache/mutual-rl-lab/zoo``."""
-    configured = os.environ.get("MRL_ZOO_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    return Path.home() / ".cache" / "mutual-rl-lab" / "zoo"
+__all__ = [
+    "ALL_ZOO_IDS",
+    "COMPLEMENTARY_IDS",
+    "GAP_IDS",
+    "SHAPE_IDS",
+    "ZOO_IDS",
+    "ZOO_PREFIX",
+    "ZOO_RECIPES",
+    "build_command",
+    "build_zoo",
+    "default_zoo_dir",
+    "recipe_of",
+    "resolve_model_source",
+    "zoo_model_dir",
+]
 
 
 def build_zoo(

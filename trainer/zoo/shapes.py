@@ -45,7 +45,6 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from trainer.zoo import SHAPE_IDS
 from trainer.zoo.build import (
     MANIFEST,
     RECIPES,
@@ -57,6 +56,7 @@ from trainer.zoo.build import (
     make_world_readable,
     read_manifest,
 )
+from trainer.zoo.catalog import SHAPE_IDS
 from trainer.zoo.models import count_parameters
 
 SHAPES_BUILD_VERSION = 1
@@ -340,7 +340,7 @@ def _build_shape(
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m trainer.zoo.shapes [--zoo-dir DIR] [--seed S] [--force] [--fp32]
     [--layers N] [ID ...]``: build the shape models (all by default)."""
-    from trainer.zoo import default_zoo_dir
+    from trainer.zoo.catalog import default_zoo_dir
 
     parser = argparse.ArgumentParser(
         prog="python -m trainer.zoo.shapes",

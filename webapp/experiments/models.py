@@ -27,6 +27,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from trainer import wire
+from trainer.declarations import REGIME_NAME_MAX_LENGTH
 from trainer.wire import event_kind_choices
 
 NAME_VALIDATOR = RegexValidator(
@@ -149,7 +150,7 @@ class Experiment(models.Model):
     )
     name = models.CharField(max_length=64, validators=[NAME_VALIDATOR])
     description = models.TextField(blank=True)
-    regime = models.CharField(max_length=16, db_index=True)
+    regime = models.CharField(max_length=REGIME_NAME_MAX_LENGTH, db_index=True)
     off_policy = models.CharField(max_length=16, default="none")
     config = models.JSONField(help_text="Trainer JSON (trainer.config.RunConfig); seed varies")
     seeds = models.JSONField(default=list, help_text="One run per seed")
@@ -209,7 +210,7 @@ class Run(models.Model):
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=64, validators=[NAME_VALIDATOR])
     seed = models.IntegerField()
-    regime = models.CharField(max_length=16, db_index=True)
+    regime = models.CharField(max_length=REGIME_NAME_MAX_LENGTH, db_index=True)
     off_policy = models.CharField(max_length=16, default="none")
     config = models.JSONField(help_text="The exact trainer JSON the job reads")
     state = models.CharField(
@@ -425,7 +426,7 @@ class TransferEvent(models.Model):
     step = models.IntegerField()
     source = models.CharField(max_length=wire.MAX_POLICY_NAME)
     target = models.CharField(max_length=wire.MAX_POLICY_NAME)
-    kind = models.CharField(max_length=32, choices=event_kind_choices)
+    kind = models.CharField(max_length=REGIME_NAME_MAX_LENGTH, choices=event_kind_choices)
     prompt_id = models.CharField(max_length=wire.MAX_KEY, blank=True)
     count = models.IntegerField(default=1)
     weight = models.FloatField(null=True, blank=True)

@@ -209,12 +209,14 @@ class SweepError(ValueError):
 
 
 def config_set(config: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A copy of ``config`` with the dotted ``path`` (e.g. ``grpo.kl_coef``) set."""
+    """A copy of ``config`` with the dotted ``path`` (e.g. ``grpo.kl_coef``) set; a
+    missing section is created (a regime's section, absent from the configs of other
+    regimes: ``sgt.lambda_sgt`` swept over a standalone source)."""
     result = copy.deepcopy(config)
     *parents, leaf = path.split(".")
     node = result
     for part in parents:
-        node = node[part]
+        node = node.setdefault(part, {})
     node[leaf] = value
     return result
 

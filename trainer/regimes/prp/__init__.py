@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from trainer.declarations import EventKind, MetricFamily, RegimeSpec, register_regime
 from trainer.metrics import SHARING, MetricInfo
-from trainer.regimes.spec import EventKind, MetricFamily, RegimeSpec, register_regime
 
 IS_WEIGHT_MEAN = "prp/is_weight_mean"
 """Mean truncated importance weight over the peer tokens the learner trained on."""

@@ -150,7 +150,6 @@ def choose_peer_rollouts(
 
 
 class PRP(Regime):
-    name = "prp"
     settings: PRPConfig
     topics = {ROLLOUTS_TOPIC: list}
 
@@ -238,7 +237,7 @@ class PRP(Regime):
                 by_prompt.setdefault(published.prompt_id, []).append((peer.policy, published))
         samples: list[PeerSample] = []
         for index, problem in enumerate(rollouts.problems):
-            rng = random.Random(f"prp-{self.config.seed}-{step}-{self.learner}-{problem.id}")
+            rng = self.rng(step, problem.id)
             chosen = choose_peer_rollouts(by_prompt.get(problem.id, []), self.settings.k_peer, rng)
             for source, published in chosen:
                 retokenized, alignment = align_response_logprobs(

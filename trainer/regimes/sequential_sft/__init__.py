@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from trainer.declarations import EventKind, RegimeSpec, register_regime
 from trainer.metrics import SHARING, MetricInfo
-from trainer.regimes.spec import EventKind, RegimeSpec, register_regime
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig

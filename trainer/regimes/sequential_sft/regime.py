@@ -68,7 +68,6 @@ from trainer.regimes.base import Regime, RegimeStep
 from trainer.regimes.sequential_sft import (
     BUFFER_SIZE,
     BUFFERED,
-    NAME,
     NLL,
     SAMPLE_EVENT,
     SAMPLES,
@@ -199,7 +198,6 @@ def offered_successes(
 
 
 class SequentialSFT(Regime):
-    name = NAME
     settings: SequentialSFTConfig
     topics = {SUCCESSES_TOPIC: dict}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainer.declarations import EventKind, RegimeSpec, register_regime
 from trainer.metrics import SHARING, MetricInfo
-from trainer.regimes.spec import EventKind, RegimeSpec, register_regime
 
 RESCUE_SET_SIZE = "sgt/rescue_set_size"
 RESCUE_RATE = "sgt/rescue_rate"

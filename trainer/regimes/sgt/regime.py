@@ -199,7 +199,6 @@ def thl_metrics(encoded: Sequence[Retokenization]) -> dict[str, float]:
 
 
 class SGT(Regime):
-    name = "sgt"
     settings: SGTConfig
     topics = {SUCCESSES_TOPIC: dict}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer.regimes.spec import RegimeSpec, register_regime
+from trainer.declarations import RegimeSpec, register_regime
 
 SPEC = register_regime(
     RegimeSpec(

@@ -8,8 +8,6 @@ from trainer.regimes.base import Regime, RegimeStep
 
 
 class Standalone(Regime):
-    name = "standalone"
-
     def learn(
         self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
     ) -> RegimeStep:

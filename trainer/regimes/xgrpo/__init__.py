@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainer.declarations import EventKind, RegimeSpec, register_regime
 from trainer.metrics import SHARING, MetricInfo
-from trainer.regimes.spec import EventKind, RegimeSpec, register_regime
 
 BASELINE_SHIFT = "xgrpo/baseline_shift_mean"
 """Mean |pooled baseline - own baseline| over the step's prompts (ablation: |noise|)."""

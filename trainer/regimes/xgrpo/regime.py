@@ -54,7 +54,6 @@ def perturbed_advantages(
 
 
 class XGRPO(Regime):
-    name = "xgrpo"
     settings: XGRPOConfig
     topics = {REWARDS_TOPIC: dict}
 
@@ -70,7 +69,7 @@ class XGRPO(Regime):
         eps = self.config.grpo.adv_eps
         grouped = rollouts.rewards.view(-1, rollouts.group_size)
         advantages, shifts, stds, events = [], [], [], []
-        rng = random.Random(f"xgrpo-noise-{self.config.seed}-{step}-{self.learner}")
+        rng = self.rng(step, stream="xgrpo-noise")
         for index, problem in enumerate(rollouts.problems):
             own = grouped[index]
             if self.settings.random_perturbation:

@@ -1,15 +1,28 @@
-"""What a sharing regime declares about itself, and the registry that collects them.
+"""What the product declares about metrics and sharing regimes, and the regime registry.
 
-Pure Python (no torch): the web app reads these declarations to build the compose form,
-the run page's chart groups, the transfer filters and the comparison's order and
-colours, and :class:`trainer.config.RunConfig` reads them to parse and validate a
-regime's section of the run config. The implementation (a
-:class:`trainer.regimes.base.Regime`, which needs torch) is named by its import path and
-loaded only by the trainer (:func:`make_regime`).
+The leaf of the trainer's imports: pure Python (no torch), importing nothing of
+``trainer`` but :mod:`trainer.registry`. Everything else reads its declarations from here:
+the metric catalogue (:mod:`trainer.metrics`), the run config (:mod:`trainer.config`),
+the wire contract (:mod:`trainer.wire`) and the web app (the compose form, the run page's
+chart groups, the transfer filters, the comparison's order and colours).
 
-A regime is one package under ``trainer/regimes/`` whose ``__init__`` builds a
-:class:`RegimeSpec` and calls :func:`register_regime`; ``trainer/regimes/__init__.py``
-imports the built-in ones. A test or a plug-in may register its own the same way.
+- :class:`ChartGroup`, :class:`MetricInfo` and the chart groups: what people read about a
+  metric key and where the run page charts it.
+- :class:`RegimeSpec`, :class:`EventKind`, :class:`MetricFamily`: what a sharing regime
+  declares about itself. Its implementation (a :class:`trainer.regimes.base.Regime`, which
+  needs torch) is named by its import path and loaded only by the trainer
+  (:func:`make_regime`).
+- The registry (:data:`REGIMES`) and its readers (:func:`regimes`, :func:`regime_spec`...).
+
+**How regimes get registered.** A regime is a package whose ``__init__`` builds a
+:class:`RegimeSpec` and calls :func:`register_regime`. The readers load the regimes on
+first use (:func:`load_regimes`): the built-in package :data:`BUILT_IN_PACKAGE` and every
+installed plug-in named in the entry-point group :data:`ENTRY_POINT_GROUP`
+(``[project.entry-points."mutual_rl_lab.regimes"] noise = "my_package.noise"`` in a
+plug-in's ``pyproject.toml``). This module imports them by name, so no module below the
+regimes (config, metrics, wire) imports ``trainer.regimes`` and the import graph has no
+cycle. The entry points (the trainer's CLI, the web app's ``AppConfig.ready``, the Celery
+worker) call :func:`load_regimes` at start-up, so a broken plug-in fails there, loudly.
 """
 
 from __future__ import annotations
@@ -19,9 +32,9 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from trainer.metrics import ChartGroup, MetricInfo
 from trainer.registry import Registry
 
 if TYPE_CHECKING:
@@ -30,8 +43,56 @@ if TYPE_CHECKING:
     from trainer.config import RunConfig
     from trainer.regimes.base import Regime
 
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# --- metrics: what people read, and where it is charted ---------------------------------
+
+
+@dataclass(frozen=True)
+class ChartGroup:
+    """A chart group of the run page: ``slug`` (stable, for URLs and tests) and title."""
+
+    slug: str
+    title: str
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What people read about metric ``key``: its ``label``, its ``unit`` ("" when it has
+    none: rewards, losses, fractions) and its chart ``group``."""
+
+    key: str
+    label: str
+    unit: str
+    group: ChartGroup
+
+    @property
+    def axis_label(self) -> str:
+        """The label with its unit, for an axis: "Step time (s)"."""
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+REWARDS = ChartGroup("rewards", "Rewards")
+ENTROPY_GROUP = ChartGroup("entropy", "Entropy")
+KL = ChartGroup("kl", "KL loss and coefficient")
+PG = ChartGroup("pg", "Policy-gradient loss and clip fraction")
+RESPONSE = ChartGroup("response", "Response length and self-reflection")
+REMIX = ChartGroup("remix", "ReMix off-policy reuse")
+SHARING = ChartGroup("sharing", "Sharing regime")
+THROUGHPUT = ChartGroup("throughput", "Throughput")
+OPTIM = ChartGroup("optim", "Optimiser")
+OTHER = ChartGroup("other", "Other")
+"""The group of keys the catalogue does not know."""
+
+
+# --- sharing regimes ---------------------------------------------------------------------
+REGIME_NAME_MAX_LENGTH = 32
+"""The longest regime name: the registry's pattern and the web app's ``regime`` columns
+(``Experiment.regime``, ``Run.regime``) share it."""
+NAME_PATTERN = re.compile(rf"^[a-z][a-z0-9_]{{0,{REGIME_NAME_MAX_LENGTH - 1}}}$")
 """A regime's name: its value of ``regime`` and, when it has one, its config section."""
+BUILT_IN_PACKAGE = "trainer.regimes"
+"""The package whose import registers the built-in regimes."""
+ENTRY_POINT_GROUP = "mutual_rl_lab.regimes"
+"""The entry-point group of installed regime plug-ins: each names a module to import."""
 
 
 @dataclass(frozen=True)
@@ -141,9 +202,30 @@ REGIMES: Registry[RegimeSpec] = Registry("regime")
 """Every registered regime by name; :func:`regimes` gives them in display order."""
 
 
+_loaded = False
+
+
+def load_regimes(*, rescan: bool = False) -> None:
+    """Register the built-in regimes and every installed plug-in, once (idempotent;
+    ``rescan``: look for plug-ins installed since, e.g. in a notebook after ``pip
+    install``).
+
+    The readers below call it, so a notebook or a script that only parses a config sees
+    every regime; the entry points call it at start-up so that a plug-in that fails to
+    import fails there.
+    """
+    global _loaded
+    if _loaded and not rescan:
+        return
+    _loaded = True  # first: a regime's own import registers through the readers below
+    importlib.import_module(BUILT_IN_PACKAGE)
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        importlib.import_module(entry.value.partition(":")[0])
+
+
 def register_regime(spec: RegimeSpec) -> RegimeSpec:
     """Add ``spec``; its name and event kinds must be new."""
-    taken = {kind.name for other in regimes() for kind in other.event_kinds}
+    taken = {kind.name for other in _registered() for kind in other.event_kinds}
     clash = [kind.name for kind in spec.event_kinds if kind.name in taken]
     if clash:
         raise ValueError(f"regime {spec.name!r}: event kinds {clash} are already registered")
@@ -163,6 +245,11 @@ def registered(spec: RegimeSpec) -> Iterator[RegimeSpec]:
 
 def regimes() -> list[RegimeSpec]:
     """The registered regimes in display order (``order``, then name)."""
+    load_regimes()
+    return _registered()
+
+
+def _registered() -> list[RegimeSpec]:
     return sorted((REGIMES.get(name) for name in REGIMES.names()), key=_display_key)
 
 
@@ -173,6 +260,7 @@ def regime_names() -> tuple[str, ...]:
 
 def regime_spec(name: str) -> RegimeSpec:
     """The spec of regime ``name``; an unknown name raises a ``KeyError`` listing the known."""
+    load_regimes()
     return REGIMES.get(name)
 
 
