@@ -19,3 +19,10 @@ def metric_label(key: str) -> str:
 @register.filter
 def policy_label(name: str) -> str:
     return m.policy_label(str(name))
+
+
+@register.simple_tag
+def list_metric_key() -> str:
+    """The key of the runs list's and sweep page's Final / Best columns
+    (:func:`webapp.experiments.selectors.reward_columns`): ``val/reward@1``."""
+    return m.VAL_REWARD_AT_1
