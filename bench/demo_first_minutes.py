@@ -18,6 +18,7 @@ import sqlite3
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -45,7 +46,7 @@ def main(root: Path, port: str, started: float, budget_s: float = 1500.0) -> Non
         time.sleep(1)
 
 
-def _demo_done(database: Path, mark: object) -> bool:
+def _demo_done(database: Path, mark: Callable[[str], None]) -> bool:
     try:
         db = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1)
     except sqlite3.Error:
@@ -56,14 +57,14 @@ def _demo_done(database: Path, mark: object) -> bool:
             "experiments_metricpoint" in tables
             and db.execute("select 1 from experiments_metricpoint limit 1").fetchone()
         ):
-            mark("first live point")  # type: ignore[operator]
+            mark("first live point")
         if "experiments_run" not in tables:
             return False
         states = [row[0] for row in db.execute("select state from experiments_run")]
         if states:
-            mark("runs launched")  # type: ignore[operator]
+            mark("runs launched")
         if len(states) >= 2 and all(state in TERMINAL for state in states):
-            mark("demo runs done: " + ", ".join(states))  # type: ignore[operator]
+            mark("demo runs done: " + ", ".join(states))
             return True
     except sqlite3.Error:
         pass

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
+from safetensors.torch import load_file
 
 from trainer import metrics
 from trainer.spool import decode_value, read_points
@@ -79,21 +79,13 @@ def fingerprint(name: str, case: dict[str, Any], work: Path) -> dict[str, Any]:
         if p["key"] not in metrics.TIMING_KEYS
     )
     weights = hashlib.sha256()
-    for file in sorted(run_dir.rglob("*.safetensors")) + sorted(run_dir.rglob("*.bin")):
-        if "checkpoint" not in str(file) and "step" not in str(file):
-            continue
+    for file in sorted((run_dir / "checkpoints").rglob("*.safetensors")):
         weights.update(str(file.relative_to(run_dir)).encode())
-        if file.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            tensors = load_file(str(file))
-        else:
-            tensors = torch.load(file, map_location="cpu", weights_only=True)
+        tensors = load_file(str(file))
         for key in sorted(tensors):
             tensor = tensors[key]
-            if isinstance(tensor, torch.Tensor):
-                weights.update(f"{key}{tensor.dtype}{tuple(tensor.shape)}".encode())
-                weights.update(tensor.contiguous().numpy().tobytes())
+            weights.update(f"{key}{tensor.dtype}{tuple(tensor.shape)}".encode())
+            weights.update(tensor.contiguous().numpy().tobytes())
     return {
         "points": len(points),
         "points_sha256": hashlib.sha256(json.dumps(points).encode()).hexdigest(),

@@ -77,20 +77,26 @@ def first_party_modules() -> Iterator[tuple[str, Path]]:
 
 def imports_of(module: str, path: Path, tree: ast.Module | None = None) -> list[str]:
     """Every module ``path`` imports, at any depth (relative imports resolved)."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names = []
     tree = tree or ast.parse(path.read_text(), filename=str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = _from_module(node, module, path)
             names.append(base)
             names += [f"{base}.{alias.name}" for alias in node.names]
     return [name for name in names if layer(name) is not None]
+
+
+def _from_module(node: ast.ImportFrom, module: str, path: Path) -> str:
+    """The absolute module a ``from ... import`` in ``module`` (at ``path``) reads from."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*anchor, base] if base else anchor)
 
 
 TRAINER_RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -163,16 +169,12 @@ def import_graph() -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         targets: set[str | None] = set()
         for node in ast.walk(_runtime_tree(path)):
             if isinstance(node, ast.Import):
                 targets |= {resolve(alias.name) for alias in node.names}
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
+                base = _from_module(node, module, path)
                 for alias in node.names:
                     submodule = f"{base}.{alias.name}"
                     targets.add(submodule if submodule in modules else resolve(base))
