@@ -8,7 +8,7 @@ Drops and recreates the database named in ``DATABASE_URL`` (its name must contai
 seeds = 50 runs) of a 4-policy pool through the real services, and fills every run x
 policy x metric with 2,000 steps in one ``generate_series`` statement (then ``VACUUM
 ANALYZE``). The runs are marked completed, as runs one compares are; the status sync's
-sweep packs their series (webapp.experiments.series_packs), and comparisons read the
+sweep packs their series (webapp.metrics.series_packs), and comparisons read the
 packs. Then, for group_by=regime, all 8 metrics and 4 policies, 500 buckets:
 
 - in-process: :func:`webapp.compare.selectors.comparison_build` (the SQL and numpy part) and
@@ -83,11 +83,12 @@ def setup(url: str) -> tuple[list[int], str]:
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from webapp.experiments import services
-    from webapp.experiments.models import Run
+    from webapp.core.services import lab_join
+    from webapp.runs import services
+    from webapp.runs.models import Run
 
     user = User.objects.create_user("bench", password="bench-password")
-    services.lab_join(user)
+    lab_join(user)
     run_ids: list[int] = []
     for regime, seeds in REGIME_SEEDS.items():
         config = {
@@ -134,10 +135,10 @@ def in_process(params: dict[str, Any], reps: int) -> tuple[list[float], list[flo
     from django.contrib.auth.models import User
     from django.http import QueryDict
 
-    from webapp.api.http import json_reply
     from webapp.compare.selectors import comparison_build, runs_for_spec
     from webapp.compare.serialize import comparison_json
     from webapp.compare.spec import ComparisonSpec
+    from webapp.core.http import json_reply
 
     query_dict = QueryDict(mutable=True)
     for key, value in params.items():
@@ -226,7 +227,7 @@ def main() -> None:
         not_packed_rows("not packed, no rollups (reads the points)")
         rollup_sweep(run_ids, STEPS - 1, args.tail)
         not_packed_rows(f"not packed, rolled up but the last {args.tail} steps")
-        from webapp.experiments.series_packs import packs_sweep
+        from webapp.metrics.series_packs import packs_sweep
 
         started = time.perf_counter()
         swept, series = packs_sweep(max_runs=len(run_ids))  # what the status sync does

@@ -47,7 +47,7 @@ OUT = REPO / "bench" / "out" / "demo_soak"
 FINISHED = {"completed", "failed", "cancelled"}
 CREATE_EXPERIMENT = """
 from django.contrib.auth import get_user_model
-from webapp.experiments import services
+from webapp.runs import services
 config = {{
     "name": "soak", "regime": "sgt",
     "pool": [

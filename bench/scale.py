@@ -27,7 +27,7 @@ page after one warm-up, each on a different random run or page where the page ta
   downsampled to 2,000 points, the 5-s incremental poll, status, transfer log and matrix);
 - a 50-run comparison: the compare page and its data request (the page's default of 2
   metrics, and 8 metrics), and the summary table. Most runs are finished: the status
-  sync's sweep packs their series (webapp.experiments.series_packs), which comparisons
+  sync's sweep packs their series (webapp.metrics.series_packs), which comparisons
   then read. So the two data requests are measured first with no packs and no rollups
   (as if neither sweep had ever run), then again after the rollup sweep (which the beat
   runs every tick over running runs; timed) with the last ``ROLLUP_TAIL`` steps of
@@ -116,6 +116,15 @@ FILL_RUN_SQL = """
     ORDER BY t, s.id
 """
 
+# Each series' lowest and highest step, which ingestion keeps as it stores the points
+# (webapp.metrics.ingest) and a comparison's step range reads.
+FILL_STEP_RANGES_SQL = """
+    UPDATE experiments_metricseries AS s SET first_step = r.lo, last_step = r.hi
+    FROM (SELECT series_id, min(step) AS lo, max(step) AS hi
+          FROM experiments_metricpoint GROUP BY series_id) AS r
+    WHERE s.id = r.series_id
+"""
+
 # Two events per step for runs of a sharing regime: a rollout handed on, a success.
 FILL_EVENTS_SQL = """
     INSERT INTO experiments_transferevent
@@ -128,20 +137,22 @@ FILL_EVENTS_SQL = """
 """
 
 
-def build_lab() -> list[int]:
-    """Users, experiments and runs through the services; run ids."""
+def build_lab(steps: int = STEPS) -> list[int]:
+    """Users, experiments and runs through the services; run ids. ``steps``: each run's
+    length (bench/vs_mlflow.py's ``--lab-reads`` builds shorter labs)."""
     import django
 
     django.setup()
     from django.contrib.auth.models import User
 
-    from webapp.experiments import services
-    from webapp.experiments.models import Run, Tag
+    from webapp.core.services import lab_join
+    from webapp.runs import services
+    from webapp.runs.models import Run, Tag
 
     users = []
     for index in range(USERS):
         user = User.objects.create_user(f"user{index:02d}", password="bench-password")
-        lab = services.lab_join(user)
+        lab = lab_join(user)
         users.append(user)
     tags = [Tag.objects.create(lab=lab, name=name) for name in ("baseline", "paper", "ablation")]
     run_ids: list[int] = []
@@ -151,7 +162,7 @@ def build_lab() -> list[int]:
             "name": f"{regime}-pool{index:03d}",
             "regime": regime,
             "pool": [{"name": p, "model": "zoo:tiny-llama-char"} for p in POLICIES],
-            "steps": STEPS,
+            "steps": steps,
         }
         if index % 4 == 1:
             config["off_policy"] = "remix"
@@ -174,16 +185,16 @@ def build_lab() -> list[int]:
             backend="slurm",
             slurm_job_id=str(100000 + run_id),
             node="gpu-node-01",
-            last_step=STEPS,
-            status_message=f"step {STEPS}/{STEPS}",
+            last_step=steps,
+            status_message=f"step {steps}/{steps}",
         )
     return run_ids
 
 
-def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS) -> None:
+def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS, steps: int = STEPS) -> None:
     """Series, points and transfer events, in SQL. ``writers`` connections write points
     at once, each run by run in ingestion order, as concurrent runs ingest (their pages
-    interleave in the heap as they would)."""
+    interleave in the heap as they would); ``steps`` points a series."""
     started = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
@@ -201,7 +212,7 @@ def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS) -> None:
             conn.execute("SET synchronous_commit = off")
             conn.execute("SELECT setseed(%s)", [seed])
             for run_id in share:
-                conn.execute(FILL_RUN_SQL, {"steps": STEPS, "run": run_id})
+                conn.execute(FILL_RUN_SQL, {"steps": steps, "run": run_id})
                 with lock:
                     done += 1
                     if done % 50 == 0:
@@ -215,7 +226,8 @@ def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS) -> None:
         for future in [pool.submit(write, share, 0.1 * (1 + i)) for i, share in enumerate(shares)]:
             future.result()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(FILL_EVENTS_SQL, {"steps": STEPS, "policies": list(POLICIES)})
+        conn.execute(FILL_STEP_RANGES_SQL)
+        conn.execute(FILL_EVENTS_SQL, {"steps": steps, "policies": list(POLICIES)})
         print(f"filled in {time.perf_counter() - started:.0f} s; vacuum analyze", flush=True)
         for table in ("metricpoint", "metricseries", "transferevent", "run"):
             conn.execute(f"VACUUM ANALYZE experiments_{table}")
@@ -241,7 +253,7 @@ def rollups_forget(url: str) -> None:
 def sweep_timed(url: str) -> tuple[int, int, float]:
     """Forget every pack, then pack every finished run as the status sync's sweep does;
     (runs, series, seconds)."""
-    from webapp.experiments import series_packs
+    from webapp.metrics import series_packs
 
     packs_forget(url)
     started = time.perf_counter()
@@ -390,7 +402,7 @@ def main() -> None:
     else:
         env = fresh_app_database("scale")
         fill(url, build_lab())
-    from webapp.experiments.models import Experiment, Run
+    from webapp.runs.models import Experiment, Run
 
     run_ids = list(Run.objects.values_list("pk", flat=True))
     sharing_run_ids = list(Run.objects.exclude(regime="standalone").values_list("pk", flat=True))

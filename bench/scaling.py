@@ -561,6 +561,7 @@ def run_pool(
         )  # fmt: skip
         if forced:
             force_length(policy.model)
+            policy.engine.decoder = "generate"  # force_length patches HF generate
         regime_object = make_regime(config, policy.name, tokenizer_dirs)
         policy.rollout = timer.wrap("rollout", policy.rollout)  # type: ignore[method-assign]
         policy.train_step = timer.wrap("train", policy.train_step)  # type: ignore[method-assign]
@@ -830,10 +831,11 @@ def ingest_part(
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from webapp.experiments import services
+    from webapp.core.services import lab_join
+    from webapp.runs import services
 
     user = User.objects.create_user("bench", password="bench-password")
-    services.lab_join(user)
+    lab_join(user)
     policies = [r.policy for r in step_records[0]]
     config = {
         "name": "scaling",

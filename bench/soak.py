@@ -148,11 +148,12 @@ def main() -> None:
     django.setup()
     from django.contrib.auth.models import User
 
-    from webapp.experiments import services
-    from webapp.experiments.models import MetricPoint, MetricSeries
+    from webapp.core.services import lab_join
+    from webapp.metrics.models import MetricPoint, MetricSeries
+    from webapp.runs import services
 
     user = User.objects.create_user("soak", password="soak-password")
-    services.lab_join(user)
+    lab_join(user)
     config = {
         "name": "soak",
         "pool": [{"name": p, "model": "zoo:tiny-llama-char"} for p in POLICIES],

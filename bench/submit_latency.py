@@ -70,11 +70,12 @@ def main() -> None:
     from django.contrib.auth.models import User
 
     from scheduler.cancel import cancel
-    from webapp.experiments import services
-    from webapp.experiments.models import Run
+    from webapp.core.services import lab_join
+    from webapp.runs import services
+    from webapp.runs.models import Run
 
     user = User.objects.create_user("bench", password="bench-password")
-    services.lab_join(user)
+    lab_join(user)
     experiments = {}
     for backend in ("slurm", "local"):
         config = {

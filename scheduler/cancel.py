@@ -4,8 +4,8 @@ action sends (:func:`scheduler.dispatch.enqueue_cancel`)."""
 from __future__ import annotations
 
 from scheduler.run_job import backend_of, job_spec
-from webapp.experiments import services
-from webapp.experiments.models import Run
+from webapp.runs import services
+from webapp.runs.models import Run
 
 
 def cancel(run_id: int) -> str:

@@ -13,7 +13,7 @@ import logging
 from django.db import transaction
 
 from scheduler.celery import app as celery_app
-from webapp.experiments.models import Run
+from webapp.runs.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +27,16 @@ EVALUATIONS_SYNC = "scheduler.tasks.evaluations_sync"
 """Beat's following of evaluation jobs (never sent)."""
 SERIES_PACK = "scheduler.tasks.series_pack"
 """Beat's packing of finished runs' series (never sent: beat runs it on its own tick)."""
+POINTS_RETENTION = "scheduler.tasks.points_retention"
+"""Beat's dropping of old packed runs' raw points (never sent; :mod:`scheduler.packing`)."""
 TASK_FILE_CHECK = "scheduler.tasks.task_file_check"
 """Reading an evaluation task file too large to read in a request
-(:func:`webapp.experiments.suite_checks.refresh`)."""
+(:func:`webapp.registry.suite_checks.refresh`)."""
 TASK_FILE_CHECKS_SYNC = "scheduler.tasks.task_file_checks_sync"
 """Beat's run of the file checks whose message was lost (never sent)."""
 ZOO_BUILD = "scheduler.tasks.zoo_build"
 """Building a zoo recipe, from the compose page's button
-(:mod:`webapp.experiments.zoo_builds`)."""
+(:mod:`webapp.registry.zoo_builds`)."""
 
 
 def enqueue_submit(run: Run) -> None:

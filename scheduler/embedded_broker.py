@@ -127,7 +127,9 @@ class Channel(kombu_sqlalchemy.Channel):
             raise
         return self.session.query(queue_cls).filter(queue_cls.name == queue).one()
 
-    def _get(self, queue: str) -> dict[str, Any]:
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        """The next message of ``queue``, taken and deleted by one statement (kombu's
+        base signature: ``timeout`` is unused, the consumer's poll waits between tries)."""
         queue_id = self._get_or_create(queue).id
         table = self.message_tablename
         statement = text(

@@ -1,7 +1,7 @@
 """Evaluation jobs: a suite on checkpoints of a run, queued, submitted, followed and
 cancelled like a training job, on the run's backend (Slurm or local).
 
-An :class:`~webapp.experiments.models.Evaluation` runs from its own directory,
+An :class:`~webapp.evals.models.Evaluation` runs from its own directory,
 ``<run_dir>/evals/job-<id>/`` (``suite.json``, the script, ``output.log``,
 ``exit-code``, ``results/``): ``python -m trainer eval-run`` scores the chosen
 checkpoints of every policy (and the base models, at step 0) and ships the
@@ -23,6 +23,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import TypedDict
 
 from django.conf import settings
 from django.db import transaction
@@ -40,8 +41,10 @@ from scheduler.backends import (
 from scheduler.dispatch import EVALUATION_CANCEL, EVALUATION_SUBMIT, send
 from scheduler.jobs import EvalCommand, JobSpec, JobSpecError, render_eval_script
 from scheduler.run_job import job_spec, last_words, seconds_setting
-from webapp.experiments import services
-from webapp.experiments.models import EvalSuite, Evaluation, Run
+from webapp.evals.models import Evaluation
+from webapp.registry.models import EvalSuite
+from webapp.runs import services
+from webapp.runs.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -238,12 +241,20 @@ def _forgotten(evaluation: Evaluation, spec: JobSpec) -> JobStatus | None:
     return JobStatus("failed", None, reason="the job disappeared without an exit status")
 
 
+class _JobFacts(TypedDict, total=False):
+    """What a job's status records on its evaluation (its fields, set by the UPDATE)."""
+
+    node: str
+    exit_code: int
+    failure_reason: str
+
+
 def _apply(evaluation: Evaluation, status: JobStatus, spec: JobSpec) -> bool:
     """Record ``status`` on ``evaluation``; True when its state changed."""
     target = JOB_STATES.get(status.state, Evaluation.State.PENDING)
     if target == evaluation.state:
         return False
-    facts: dict[str, object] = {"node": status.node[:255]} if status.node else {}
+    facts: _JobFacts = {"node": status.node[:255]} if status.node else {}
     if status.exit_code is not None:
         facts["exit_code"] = status.exit_code
     if target == Evaluation.State.FAILED:

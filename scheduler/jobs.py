@@ -78,6 +78,10 @@ class JobSpec:
     """Per policy (rank order), the index of its node in the job's allocation, from the
     MWRA plan; empty for a one-node job. The script lays the tasks out by it
     (:func:`multinode_lines`)."""
+    cpu_threads: int = 0
+    """Intra-op threads of each worker of a CPU plan (its CPUs per task); 0: no CPU
+    plan, the trainer shares the CPUs it may run on between the workers. The script
+    exports it as ``MRL_CPU_THREADS_BY_RANK``."""
     zoo_dir: str = ""
     job_dir: Path | None = None
     """The job's own directory: script, log, exit code, pid (default ``<run_dir>/job``,
@@ -102,6 +106,11 @@ class JobSpec:
         _check(1 <= self.nodes <= 64, "nodes", "1 to 64 nodes")
         _check(0 <= self.gpus_per_node <= 16, "gpus_per_node", "0 to 16")
         _check(1 <= self.cpus_per_task <= 256, "cpus_per_task", "1 to 256")
+        _check(
+            type(self.cpu_threads) is int and 0 <= self.cpu_threads <= 256,
+            "cpu_threads",
+            "0 (no CPU plan) to 256",
+        )
         _check(1 <= self.mem_gb <= 4096, "mem_gb", "1 to 4096")
         for devices in self.cuda_visible_devices:
             _match(CUDA_DEVICES, devices, "cuda_visible_devices", "comma-separated indices")
@@ -247,12 +256,15 @@ def placement_fields(plan: PlacementPlan | None, *, slurm: bool = True) -> dict[
     """The :class:`JobSpec` fields that come from an MWRA plan: nodes, GPUs per node,
     CPUs per task, per-rank devices and memory fractions (none on the CPU), and each
     rank's node when the job spans several (a Slurm job only: the local backend is one
-    machine). ``plan`` None: one node, one CPU per task."""
+    machine), and a CPU plan's threads per worker (its CPUs per task). ``plan`` None: one
+    node, one CPU per task."""
     if plan is None:
         return {"nodes": 1, "gpus_per_node": 0, "cpus_per_task": 1}
     on_gpu = plan.device != "cpu"
     spans_nodes = slurm and plan.slurm.nodes > 1
+    fields = {} if on_gpu else {"cpu_threads": plan.slurm.cpus_per_task}
     return {
+        **fields,
         "nodes": plan.slurm.nodes if spans_nodes else 1,
         "gpus_per_node": plan.slurm.gpus_per_node,
         "cpus_per_task": plan.slurm.cpus_per_task,
@@ -297,7 +309,8 @@ def render_script(spec: JobSpec, *, slurm: bool) -> str:
     The plan's placement reaches each rank through two variables, rank ``i``'s value
     being the ``i``-th ``;``-separated field: ``MRL_DEVICES_BY_RANK`` (``"0,1;2;2"``) and,
     when some policy has a memory fraction, ``MRL_MEMORY_FRACTION_BY_RANK``
-    (``"1;0.6;0.4"``; an empty field: no cap).
+    (``"1;0.6;0.4"``; an empty field: no cap). A CPU job exports ``OMP_WAIT_POLICY=PASSIVE``
+    and, from a CPU plan, ``MRL_CPU_THREADS_BY_RANK`` (each rank's intra-op threads).
     """
     q = shlex.quote
     lines = ["#!/bin/bash"]
@@ -334,6 +347,14 @@ def render_script(spec: JobSpec, *, slurm: bool) -> str:
         # The MWRA plan: rank i's devices are the i-th ';'-separated entry; the trainer
         # sets its own CUDA_VISIBLE_DEVICES from it before touching CUDA.
         lines.append(f"export MRL_DEVICES_BY_RANK={q(';'.join(spec.cuda_visible_devices))}")
+    if not spec.cuda_visible_devices:
+        # A CPU job: idle OpenMP threads sleep rather than spin (set before torch
+        # loads; an administrator's own setting wins), and each worker runs the plan's
+        # CPUs per task as intra-op threads.
+        lines.append('export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"')
+        if spec.cpu_threads:
+            threads = ";".join([str(spec.cpu_threads)] * spec.n_policies)
+            lines.append(f"export MRL_CPU_THREADS_BY_RANK={q(threads)}")
     if any(spec.memory_fractions):
         # Rank i caps its CUDA memory at the i-th entry (a share of each of its devices,
         # co-located policies' shares summing to at most 1); "" leaves it uncapped.
@@ -503,6 +524,8 @@ def render_eval_script(spec: JobSpec, command: EvalCommand, *, slurm: bool) -> s
     ]
     if spec.zoo_dir:
         lines.append(f"export MRL_ZOO_DIR={q(spec.zoo_dir)}")
+    if command.device == "cpu":  # idle OpenMP threads sleep, as a CPU training job's
+        lines.append('export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"')
     args = [spec.python, "-m", "trainer", "eval-run", "--run-dir", str(spec.run_dir)]
     args += [*command.argv(), "--out-dir", str(spec.own_dir / "results")]
     if spec.ingest_url:

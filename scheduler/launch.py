@@ -12,8 +12,8 @@ from typing import Any
 from django.db import transaction
 
 from scheduler.dispatch import enqueue_submit
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run, Sweep
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run, Sweep
 
 
 def experiment_launch(experiment: Experiment) -> list[Run]:
@@ -26,7 +26,7 @@ def experiment_launch(experiment: Experiment) -> list[Run]:
 
 
 def sweep_launch(**sweep: Any) -> Sweep:
-    """Create the sweep :func:`webapp.experiments.services.sweep_create` describes (same
+    """Create the sweep :func:`webapp.runs.services.sweep_create` describes (same
     keyword arguments) and launch each of its experiments, all or nothing."""
     with transaction.atomic():
         created = services.sweep_create(**sweep)

@@ -21,7 +21,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 
 from scheduler.run_job import ACTIVE_STATES
-from webapp.experiments.models import Run
+from webapp.runs.models import Run
 
 WAITING = "waiting for a local slot"
 """How the status message of a queued run waiting for a slot begins."""

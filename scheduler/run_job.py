@@ -17,8 +17,8 @@ from scheduler.backends import Backend, JobStatus, backend_named, log_tail, read
 from scheduler.jobs import PATH, JobSpec, JobSpecError, placement_fields
 from trainer.mwra import PlacementPlan
 from trainer.rendezvous import read_worker_records
-from webapp.experiments import services
-from webapp.experiments.models import Run
+from webapp.runs import services
+from webapp.runs.models import Run
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from scheduler.run_job import (
     job_spec,
     status_apply,
 )
-from webapp.experiments import services
-from webapp.experiments.models import Run
+from webapp.runs import services
+from webapp.runs.models import Run
 
 log = logging.getLogger(__name__)
 

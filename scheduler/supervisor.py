@@ -217,19 +217,23 @@ class Supervisor:
         """Stop every program: SIGTERM to its session (and SIGCONT, so that a stopped
         one can act on it), SIGKILL after the grace."""
         self._stopping = True
-        running = [c for c in self._children if c.process and c.process.poll() is None]
-        for child in running:
-            self._log(f"stopping {child.program.name} (pid {child.process.pid})")
-            _signal_group(child.process, signal.SIGTERM)
-            _signal_group(child.process, signal.SIGCONT)
+        running = [
+            (child, process)
+            for child in self._children
+            if (process := child.process) is not None and process.poll() is None
+        ]
+        for child, process in running:
+            self._log(f"stopping {child.program.name} (pid {process.pid})")
+            _signal_group(process, signal.SIGTERM)
+            _signal_group(process, signal.SIGCONT)
         deadline = self.clock() + self.stop_grace_seconds
-        for child in running:
+        for child, process in running:
             try:
-                child.process.wait(timeout=max(0.0, deadline - self.clock()))
+                process.wait(timeout=max(0.0, deadline - self.clock()))
             except subprocess.TimeoutExpired:
                 self._log(f"{child.program.name} did not stop in time: SIGKILL")
-                _signal_group(child.process, signal.SIGKILL)
-                child.process.wait()
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
 
     def run(self, poll_seconds: float = 0.5) -> int:
         """Supervise until SIGINT or SIGTERM; then stop the programs and return 0."""

@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable
+from typing import Protocol
 
 from celery import Task, shared_task
 from celery.signals import worker_init, worker_ready
@@ -14,7 +15,7 @@ from django.conf import settings
 from scheduler import cancel, dispatch, evaluations, packing, submit, sync, watchdog
 from scheduler.backends import BackendError
 from webapp.core.services import heartbeat_record
-from webapp.experiments import suite_checks, zoo_builds
+from webapp.registry import suite_checks, zoo_builds
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +57,25 @@ def _backoff(retries: int) -> float:
     return float(min(120, 2 ** (retries + 1)))
 
 
+class _TaskRequest(Protocol):
+    retries: int
+    """How many times the task was retried so far."""
+
+
+class _RetryingTask(Protocol):
+    """What :func:`_with_retries` uses of a bound task (celery's ``Task`` has both)."""
+
+    @property
+    def request(self) -> _TaskRequest: ...
+
+    def retry(self, *, exc: Exception, countdown: float) -> Exception:
+        """The exception to raise to send the task again after ``countdown`` seconds."""
+
+
 def _with_retries(
-    task: Task, call: Callable[[], str], on_error: Callable[[BackendError], str] | None = None
+    task: _RetryingTask,
+    call: Callable[[], str],
+    on_error: Callable[[BackendError], str] | None = None,
 ) -> str:
     """``call()``, for a task bound with ``max_retries=MAX_RETRIES``: a transient
     BackendError while ``task`` has retries left sends it again after :func:`_backoff`
@@ -106,6 +124,13 @@ def series_pack() -> int:
     few finished runs for comparisons; how many runs were packed."""
     packing.roll_up_runs()
     return packing.pack_finished_runs()
+
+
+@shared_task(name=dispatch.POINTS_RETENTION)
+def points_retention() -> int:
+    """Beat (hourly): drop the raw points of old packed runs when
+    ``MRL_RAW_POINT_RETENTION_DAYS`` is set; how many runs'."""
+    return packing.drop_old_points()
 
 
 @shared_task(name=dispatch.TASK_FILE_CHECK, soft_time_limit=suite_checks.WORKER_SECONDS + 60)

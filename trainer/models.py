@@ -22,6 +22,17 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+def max_positions(model: object) -> int | None:
+    """The model's window: its config's ``max_position_embeddings`` or ``n_positions``
+    (None when it has neither); ``model`` may be the config itself."""
+    config = getattr(model, "config", model)
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
 class ModelSourceError(ValueError):
     """A model or tokenizer source that cannot be used; the message says how to fix it."""
 

@@ -1,15 +1,21 @@
 """One policy of the pool: model, reference, tokenizer, optimizer, and its update.
 
-The update is plumbing around the pure functions of :mod:`trainer.core`: per micro-batch
-one forward and one call of an objective chosen by name from
-:data:`trainer.core.OBJECTIVES` (``grpo``; ``remix`` under ReMix), then the auxiliary
-terms the batch carries, each scored by its :data:`trainer.core.AUX_LOSSES` entry. What
-it trains on is a :class:`LearnerBatch` that the sharing regime assembles: the policy's
-own rollouts, possibly peer rollouts (PRP, with per-token importance weights) and
-auxiliary terms on sequences of their own (:class:`AuxTerm`: SGT's NLL on rescued
-successes). Under ReMix (SPEC 5) the batch also carries replayed samples with their
-behaviour log-probs, and :meth:`Policy.train_step_remix` optimises the ``remix``
-objective instead of ``grpo``. The objectives and terms name the metrics they report.
+The policy is model state (model, reference, optimizer, rollout engine) and the
+forward/backward loop of its update, which is plumbing around the pure functions of
+:mod:`trainer.core`: per micro-batch one forward and one call of the objective that the
+run config names (:attr:`trainer.config.RunConfig.objective`), looked up in
+:data:`trainer.core.OBJECTIVES` and called with that objective's settings
+(:class:`~trainer.batch.Update`), then the auxiliary terms the batch carries, each scored
+by its :data:`trainer.core.AUX_LOSSES` entry. The objectives and terms name the metrics
+they report.
+
+What it trains on is a :class:`~trainer.batch.LearnerBatch` that the sharing regime
+assembles: samples with their advantages, optional per-token weights, auxiliary terms on
+sequences of their own (:class:`~trainer.batch.AuxTerm`) and hooks
+(:class:`~trainer.batch.BatchHook`). The update knows no regime and no off-policy method:
+whatever one adds to the objective's inputs (per-token weights computed from the
+update's own log-probs, behaviour log-probs of stored samples) it adds through its hook,
+which lives with it (:mod:`trainer.batch` says where each one is).
 
 Log-probs are those of the sampling distribution (SPEC 9). The engine samples from
 ``softmax(logits / T)`` at the policy's ``temperature`` T (no top-k, no top-p), so every
@@ -17,17 +23,17 @@ log-prob that enters a ratio, an importance weight or the KL term is
 ``log_softmax(logits / T)`` of that same T, as in TRL's ``GRPOTrainer`` and verl:
 
 - the update's current log-probs ``logp_theta`` and GRPO's old log-probs;
-- the behaviour log-probs this policy hands out (:meth:`Policy.response_logprobs`: PRP's
-  ``mu`` of its published rollouts) and ReMix's stored ones (``log pi_k``);
+- the behaviour log-probs this policy hands out (:meth:`Policy.response_logprobs`: the
+  ``mu`` of its rollouts that cross to peers) and those stored for reuse (``log pi_k``);
 - the reference model's log-probs for the KL term: TRL scores its reference with the
   policy's temperature too, so ``KL(pi_T || ref_T)`` compares the two models' tempered
   distributions and is 0 while the policy equals its reference;
 - ``actor/entropy`` (and the entropy bonus), the entropy of the tempered distribution
   that is being sampled, as TRL and verl compute it.
 
-Each policy scores with its own temperature: PRP's learner scores a peer's tokens under
-the learner's tempered distribution (the learner's side of ``pi_learner / mu``), while
-``mu`` is the peer's own, at the peer's temperature. Two things keep temperature 1: the
+Each policy scores with its own temperature: a learner scores a peer's tokens under the
+learner's tempered distribution (the learner's side of ``pi_learner / mu``), while ``mu``
+is the peer's own, at the peer's temperature. Two things keep temperature 1: the
 auxiliary terms (SGT's NLL), supervised losses on the model's plain logits (as in SFT; no
 ratio involves them), and greedy validation, where the temperature changes no argmax.
 
@@ -70,9 +76,13 @@ Precision and memory (:class:`~trainer.config.PolicyConfig`'s ``dtype``,
   before, so the loss and gradient are those of one big batch.
 
 Generation runs through :class:`~trainer.rollout.HFRolloutEngine` with the policy's
-``rollout_cache`` (``dynamic`` or ``static`` KV cache) and ``rollout_compile`` (a
+``rollout_cache`` (``dynamic`` or ``static`` KV cache), ``rollout_compile`` (a
 compiled decoding forward: static cache and a CUDA device only; a CPU policy refuses it
-at setup with :class:`RolloutSetupError`). Neither changes the sampled distribution.
+at setup with :class:`RolloutSetupError`) and ``rollout_prefix_reuse`` (each prompt
+encoded once, its KV cache copied to the G samples). With the dynamic cache the engine
+decodes in its own loop, which stops computing the rows that finished (HF ``generate``
+with the static cache); the tokens are ``generate``'s for a given seed
+(tests/trainer/rollout/test_finished_rows.py). None changes the sampled distribution.
 """
 
 from __future__ import annotations
@@ -82,17 +92,26 @@ import copy
 import dataclasses
 import functools
 import inspect
+import logging
 import math
 import typing
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from trainer import metrics as m
-from trainer.batch import build_sequences
-from trainer.chat import format_prompt
+from trainer.batch import (
+    AuxTerm,
+    BatchHook,
+    LearnerBatch,
+    Update,
+    UpdateTensors,
+    build_sequences,
+    scatter_per_token,
+)
+from trainer.chat import PromptContext, format_prompt
 from trainer.config import GRPOConfig, PolicyConfig
 from trainer.core import (
     ADVANTAGE_ESTIMATORS,
@@ -103,11 +122,11 @@ from trainer.core import (
     ObjectiveInputs,
     ObjectiveSettings,
     TokenStat,
+    objective_needs,
     token_log_probs,
     token_log_probs_and_entropy,
 )
 from trainer.models import fuse_activations, load_causal_lm, load_tokenizer
-from trainer.remix.losses import RemixObjective
 from trainer.rollout import HFRolloutEngine, RolloutBatch
 from trainer.rollout.engine import CacheKind
 from trainer.tasks import Problem
@@ -123,6 +142,8 @@ class RolloutSetupError(ValueError):
     """A rollout engine setting the policy's device cannot run; the message says what to
     change (``rollout_compile`` on a CPU device)."""
 
+
+log = logging.getLogger("trainer.policy")
 
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """:attr:`PolicyConfig.dtype` -> the autocast dtype of the forward passes."""
@@ -148,98 +169,12 @@ class Rollouts:
         return range(prompt_index * self.group_size, (prompt_index + 1) * self.group_size)
 
 
-@dataclass(frozen=True)
-class AuxTerm:
-    """An auxiliary loss on sequences of its own, which a regime attaches to a
-    :class:`LearnerBatch` (SGT: the NLL of the rescued successes, weight ``lambda_sgt``).
-
-    Every optimizer step of the update adds ``coef`` times the token-mean of the
-    :data:`trainer.core.AUX_LOSSES` entry ``loss`` over the response tokens of these
-    sequences, scored on the model's plain logits (temperature 1, a supervised loss as
-    in SFT). The step reports that token-mean as ``metric``, averaged over its optimizer
-    steps. A term without sequences or with ``coef`` 0 changes nothing and costs nothing.
-    """
-
-    loss: str
-    """Name in :data:`trainer.core.AUX_LOSSES` (``"nll"``)."""
-    prompt_ids: list[list[int]]
-    response_ids: list[list[int]]
-    coef: float
-    metric: str
-    """The metric the term's value is reported as (SGT: ``sgt/nll``)."""
-
-
-@dataclass
-class LearnerBatch:
-    """What a policy optimises at one step.
-
-    ``token_weights[i]`` is None for on-policy samples and, for an off-policy (peer)
-    sample, one weight per response token that multiplies its surrogate (PRP's truncated
-    importance weight). ``aux_terms`` are losses on sequences of their own that the
-    regime attaches (SGT's NLL on rescued successes); none, the objective is exactly
-    the policy objective.
-
-    ``behaviour_logp[i]`` (ReMix) is None for a sample whose ratio is taken against the
-    current policy ``pi_k`` (own fresh rollouts; PRP's peer rollouts, whose
-    off-policyness ``token_weights`` correct) and, for a replayed sample, the per-token
-    log-probs of the past version that sampled it. An empty list: nothing replayed.
-
-    ``old_logp[i]``, where the regime has already scored sample i with the policy as it
-    is before the update, is that per-token ``log pi_old``; the update then takes it
-    instead of scoring the sample again. None (or an empty list): the update computes it.
-
-    ``is_behaviour_logp[i]`` (PRP with its importance correction) is, for a peer sample
-    whose ``token_weights[i]`` is None, the peer's behaviour log-prob ``mu`` of each of
-    its response tokens: the update then computes the sample's weights itself,
-    ``w_t = min(pi_old(t) / mu(t), is_c_bar)`` (:func:`truncated_importance_weights`), from the
-    ``log pi_old`` it has in hand (in a single pass its own forward's detached log-probs:
-    no forward of its own for the weights), and writes them into ``token_weights[i]``.
-    """
-
-    prompt_ids: list[list[int]]
-    response_ids: list[list[int]]
-    advantages: torch.Tensor  # [N]
-    token_weights: list[list[float] | None] = field(default_factory=list)
-    aux_terms: list[AuxTerm] = field(default_factory=list)
-    behaviour_logp: list[list[float] | None] = field(default_factory=list)
-    old_logp: list[list[float] | None] = field(default_factory=list)
-    is_behaviour_logp: list[list[float] | None] = field(default_factory=list)
-    is_c_bar: float = 1.0
-
-    @property
-    def deferred_weights(self) -> list[int]:
-        """The samples whose token weights the update computes (``is_behaviour_logp``
-        given, ``token_weights`` not yet)."""
-        weights = list(self.token_weights) or [None] * len(self)
-        return [
-            row
-            for row, (mu, given) in enumerate(zip(self.is_behaviour_logp, weights, strict=False))
-            if mu is not None and given is None
-        ]
-
-    @property
-    def replayed(self) -> list[bool]:
-        """Per sample: is it a ReMix replayed sample?"""
-        if not self.behaviour_logp:
-            return [False] * len(self)
-        return [b is not None for b in self.behaviour_logp]
-
-    @classmethod
-    def on_policy(cls, rollouts: Rollouts, advantages: torch.Tensor) -> LearnerBatch:
-        batch = rollouts.batch
-        return cls(
-            prompt_ids=batch.prompt_ids,
-            response_ids=batch.response_ids,
-            advantages=advantages,
-            token_weights=[None] * len(batch),
-        )
-
-    def __len__(self) -> int:
-        return len(self.response_ids)
-
-
 class Policy:
-    """A policy worker's model state and its training step."""
+    """A policy worker's model state and its training step.
+
+    ``objective`` names the objective of its update in :data:`trainer.core.OBJECTIVES`
+    (the run config's :attr:`~trainer.config.RunConfig.objective`); an unknown name is
+    refused here (:class:`~trainer.core.UnknownNameError`, which lists the known ones)."""
 
     def __init__(
         self,
@@ -251,12 +186,21 @@ class Policy:
         reward_fn: RewardFn,
         success_threshold: float = 1.0,
         device: str | torch.device = "cpu",
+        objective: str = "grpo",
+        prompt_context: PromptContext | None = None,
     ) -> None:
         self.config = config
+        self.prompt_context = PromptContext() if prompt_context is None else prompt_context
+        """What every prompt starts with (the task config's system prompt and worked
+        examples), rendered by this policy's chat template (:meth:`prompt_texts`)."""
         self.device = torch.device(device)
         self.model_dir = Path(model_dir)
         """Where the base model's weights are (:meth:`restart_from_base` reads them again)."""
         self.grpo = grpo
+        OBJECTIVES.get(objective)  # an unknown name fails before any model is loaded
+        self.objective = objective
+        """The objective :meth:`train_step` optimises unless its :class:`Update` names
+        another."""
         self.reward_fn = reward_fn
         self.success_threshold = success_threshold
         self.compute_dtype = _compute_dtype(config.dtype, self.device)
@@ -294,6 +238,7 @@ class Policy:
             self.tokenizer,
             cache=typing.cast(CacheKind, config.rollout_cache),  # the engine refuses others
             compile=config.rollout_compile,
+            prefix_reuse=config.rollout_prefix_reuse,
         )
         self.pad_id = self.engine.pad_id
 
@@ -307,8 +252,11 @@ class Policy:
         return self.config.temperature
 
     def prompt_texts(self, problems: Sequence[Problem]) -> list[str]:
+        """Each problem's prompt in this policy's chat template, after the run's system
+        prompt and worked examples (:attr:`prompt_context`)."""
         return [
-            format_prompt(self.tokenizer, p.prompt, self.config.chat_template) for p in problems
+            format_prompt(self.tokenizer, p.prompt, self.config.chat_template, self.prompt_context)
+            for p in problems
         ]
 
     def encode_response(self, text: str, *, with_eos: bool = True) -> list[int]:
@@ -329,7 +277,7 @@ class Policy:
             self.scaler = torch.amp.GradScaler(self.device.type)
 
     def reincarnate(self) -> None:
-        """ReMix's policy reincarnation: the reference (KL anchor) becomes the current policy."""
+        """Policy reincarnation: the reference (KL anchor) becomes the current policy."""
         self.reference.load_state_dict(self.model.state_dict())
 
     # --- rollouts -----------------------------------------------------------------------
@@ -379,9 +327,10 @@ class Policy:
         """Per response token, its log-prob under the current policy's sampling
         distribution, ``log_softmax(logits / T)`` at this policy's temperature.
 
-        For this policy's own rollouts it is the probability they were sampled with (PRP's
-        ``mu``); for a peer's tokens it is this policy's side of the importance weight,
-        at this policy's temperature (the peer's ``mu`` is at the peer's).
+        For this policy's own rollouts it is the probability they were sampled with (the
+        ``mu`` of a rollout that crosses to peers); for a peer's tokens it is this
+        policy's side of the importance weight, at this policy's temperature (the peer's
+        ``mu`` is at the peer's).
         """
         input_ids, attention_mask, response_mask = self._sequences(prompt_ids, response_ids)
         logp = self._log_probs(self.model, input_ids, attention_mask, response_mask)
@@ -425,82 +374,74 @@ class Policy:
         return rewards
 
     # --- the update ---------------------------------------------------------------------
-    def train_step(self, batch: LearnerBatch) -> dict[str, float]:
-        """Optimise the ``grpo`` objective (plus the batch's auxiliary terms); return the
-        actor metrics and those of the terms."""
-        if any(batch.replayed):
-            raise ValueError("a batch with replayed samples needs train_step_remix")
-        return self._train(batch, None)[0]
+    def train_step(self, batch: LearnerBatch, update: Update | None = None) -> dict[str, float]:
+        """Optimise ``batch``: the objective of ``update`` (None: this policy's
+        :attr:`objective`, with the GRPO config's settings and ``grpo.epochs`` passes),
+        plus the batch's auxiliary terms; return the metrics of the objective, of the
+        terms and of the batch's hooks.
 
-    def train_step_remix(
-        self, batch: LearnerBatch, objective: RemixObjective
-    ) -> tuple[dict[str, float], list[list[float]]]:
-        """Optimise the ``remix`` objective on ``batch`` (fresh and replayed samples).
-
-        ``objective.updates_per_batch`` passes over the batch (UTD), each split into
-        ``grpo.mini_batches`` optimizer steps. Returns the actor and ``remix/*`` metrics,
-        and per sample the log-probs of its response tokens under the policy as it was
-        before the update (``log pi_k``): the behaviour log-probs of the fresh samples,
-        which the replay keeps.
+        Each pass over the batch is split into ``grpo.mini_batches`` optimizer steps. A
+        batch without samples trains its auxiliary terms alone (:meth:`_train_aux_only`).
         """
-        metrics, old_logp, response_mask = self._train(batch, objective)
-        assert old_logp is not None  # ReMix always computes log pi_k
-        behaviour = [old_logp[row][response_mask[row].bool()].tolist() for row in range(len(batch))]
-        return metrics | {m.REMIX_LAMBDA: objective.kl_lambda}, behaviour
+        return self._train(batch, Update() if update is None else update)[0]
 
     def _train(
-        self, batch: LearnerBatch, remix: RemixObjective | None
-    ) -> tuple[dict[str, float], torch.Tensor | None, torch.Tensor]:
-        """The update of :meth:`train_step` (``remix`` None: the ``grpo`` objective) or
-        :meth:`train_step_remix` (``remix``); also returns ``old_logp`` (None when no
-        separate forward was needed) and ``response_mask``. A batch without samples
-        trains its auxiliary terms alone (:meth:`_train_aux_only`)."""
+        self, batch: LearnerBatch, update: Update
+    ) -> tuple[dict[str, float], UpdateTensors | None]:
+        """The update of :meth:`train_step`; also returns the tensors the hooks saw (with
+        ``old_logp``, None when no separate forward was needed, and ``response_mask``),
+        None for a batch without samples."""
         if not len(batch):
-            if remix is not None:
-                raise ValueError("a ReMix update needs the policy's own samples")
-            return self._train_aux_only(batch), None, torch.zeros((0, 0))
+            return self._train_aux_only(batch), None
+        name = self.objective if update.objective is None else update.objective
+        objective = OBJECTIVES.get(name)
+        needs = objective_needs(name)
+        settings = self._objective_settings(update)
         input_ids, attention_mask, response_mask = self._sequences(
             batch.prompt_ids, batch.response_ids
         )
         bounds = _split_bounds(len(batch), self.grpo.mini_batches)
-        passes = self.grpo.epochs if remix is None else remix.updates_per_batch
+        passes = self.grpo.epochs if update.passes is None else update.passes
         # One pass of one mini-batch: the policy that sampled is the one being updated, so
         # the ratio's denominator is the update's own log-probs, detached (``None`` here);
-        # a separate forward for them would compute the same numbers again. Otherwise one
-        # forward scores the rows whose old log-probs the batch does not carry.
+        # a separate forward for them would compute the same numbers again. Otherwise (or
+        # when the objective asks for them) one forward scores the rows whose old
+        # log-probs the batch does not carry.
         old_logp = (
             None
-            if remix is None and passes == 1 and len(bounds) == 1
+            if not needs.old_logp and passes == 1 and len(bounds) == 1
             else self._old_logp(batch, input_ids, attention_mask, response_mask)
         )
         ref_logp = (
             self._log_probs(self.reference, input_ids, attention_mask, response_mask)
-            if self.grpo.kl_coef > 0 or remix is not None
+            if settings.kl_coef > 0 or needs.ref_logp
             else None
         )
-        token_weights = self._token_weights(batch, response_mask)
-        deferred = self._deferred_weights(batch, response_mask)
-        if deferred is not None:
-            if token_weights is None:
-                token_weights = torch.ones_like(response_mask, dtype=torch.float32)
-            if old_logp is not None:  # in hand before the update: weigh now
-                deferred.weigh(token_weights, old_logp)
+        tensors = UpdateTensors(
+            batch=batch,
+            objective=name,
+            response_mask=response_mask,
+            old_logp=old_logp,
+            token_weights=self._token_weights(batch, response_mask),
+            device=self.device,
+        )
+        for hook in batch.hooks:
+            hook.prepare(tensors)
+        unread = sorted(set(tensors.inputs) - needs.extra_inputs)
+        if unread:
+            raise ValueError(
+                f"the batch's hooks give the objective {', '.join(unread)}, which objective "
+                f"{name!r} does not read; train this batch with an objective that does"
+            )
         inputs = ObjectiveInputs(
             mask=response_mask,
             advantages=batch.advantages.to(self.device)[:, None].expand_as(response_mask),
             old_logp=old_logp,
             ref_logp=ref_logp,
-            token_weights=token_weights,
+            token_weights=tensors.token_weights,
         )
-        if remix is not None:
-            assert old_logp is not None
-            inputs = dataclasses.replace(
-                inputs,
-                behaviour_logp=self._behaviour_logp(batch, old_logp, response_mask),
-                replayed=torch.tensor(batch.replayed, dtype=torch.bool, device=self.device),
-            )
-        objective = OBJECTIVES.get("grpo" if remix is None else "remix")
-        settings = self._objective_settings(remix)
+        if tensors.inputs:
+            inputs = dataclasses.replace(inputs, **tensors.inputs)
         aux_sets = self._aux_sets(batch)
 
         totals = _Tally()
@@ -516,23 +457,18 @@ class Policy:
                         objective,
                         settings,
                         aux_sets,
-                        deferred.rows(rows) if deferred and old_logp is None else None,
+                        batch.hooks,
+                        start,
                     )
                 )
                 updates += 1
-        if deferred is not None:
-            assert inputs.token_weights is not None
-            if not batch.token_weights:
-                batch.token_weights = [None] * len(batch)
-            for row in deferred.samples:
-                batch.token_weights[row] = inputs.token_weights[row][
-                    response_mask[row].bool()
-                ].tolist()
         metrics = totals.metrics(updates) | {
             m.KL_COEF: self.grpo.kl_coef,
             m.LR: self.optimizer.param_groups[0]["lr"],
         }
-        return metrics, old_logp, response_mask
+        for hook in batch.hooks:
+            metrics |= hook.finish(tensors)
+        return metrics, tensors
 
     def _aux_sets(self, batch: LearnerBatch) -> list[_AuxSet]:
         """The batch's auxiliary terms that train something, their sequences built."""
@@ -560,8 +496,9 @@ class Policy:
         self._aux_and_step(tally, aux_sets)
         return tally.metrics(1) | metrics
 
-    def _objective_settings(self, remix: RemixObjective | None) -> ObjectiveSettings:
-        """The objective's constants: GRPO's config, and ReMix's of this step."""
+    def _objective_settings(self, update: Update) -> ObjectiveSettings:
+        """The objective's constants: the GRPO config's, with the update's own set over
+        them."""
         grpo = self.grpo
         settings = ObjectiveSettings(
             clip_eps=grpo.clip_eps,
@@ -571,9 +508,9 @@ class Policy:
             agg=grpo.loss_agg,
             kl_estimator=grpo.kl_estimator,
         )
-        if remix is None:
+        if not update.settings:
             return settings
-        return dataclasses.replace(settings, c_bar=remix.c_bar, kl_lambda=remix.kl_lambda)
+        return dataclasses.replace(settings, **update.settings)  # type: ignore[arg-type]
 
     def _old_logp(
         self,
@@ -596,45 +533,16 @@ class Policy:
             old_logp[rows] = self._log_probs(
                 self.model, input_ids[rows], attention_mask[rows], response_mask[rows]
             )
-        return _scatter_per_token(old_logp, given, response_mask, "old log-probs")
-
-    @staticmethod
-    def _behaviour_logp(
-        batch: LearnerBatch, old_logp: torch.Tensor, response_mask: torch.Tensor
-    ) -> torch.Tensor:
-        """``[N, L-1]``: ``old_logp`` (``log pi_k``) on fresh samples, the stored behaviour
-        log-probs on replayed ones."""
-        return _scatter_per_token(
-            old_logp.clone(), batch.behaviour_logp, response_mask, "behaviour log-probs"
-        )
-
-    def _deferred_weights(
-        self, batch: LearnerBatch, response_mask: torch.Tensor
-    ) -> _DeferredWeights | None:
-        """The samples whose importance weights the update computes
-        (:attr:`LearnerBatch.deferred_weights`) with their ``mu``; None when there are none."""
-        samples = batch.deferred_weights
-        if not samples:
-            return None
-        wanted = set(samples)
-        given = [mu if row in wanted else None for row, mu in enumerate(batch.is_behaviour_logp)]
-        mu = _scatter_per_token(
-            torch.zeros_like(response_mask, dtype=torch.float32),
-            given + [None] * (len(batch) - len(given)),
-            response_mask,
-            "behaviour log-probs",
-        )
-        rows = torch.zeros(len(batch), dtype=torch.bool, device=response_mask.device)
-        rows[samples] = True
-        return _DeferredWeights(samples, rows[:, None] & response_mask.bool(), mu, batch.is_c_bar)
+        return scatter_per_token(old_logp, given, response_mask, "old log-probs")
 
     def _token_weights(
         self, batch: LearnerBatch, response_mask: torch.Tensor
     ) -> torch.Tensor | None:
-        """``[N, L-1]`` surrogate weights: 1 on own tokens, the given ones on peer tokens."""
+        """``[N, L-1]`` surrogate weights: the given ones, 1 on the tokens of samples
+        without any; None when no sample has weights."""
         if all(w is None for w in batch.token_weights):
             return None
-        return _scatter_per_token(
+        return scatter_per_token(
             torch.ones_like(response_mask), batch.token_weights, response_mask, "token weights"
         )
 
@@ -646,7 +554,8 @@ class Policy:
         objective: Objective,
         settings: ObjectiveSettings,
         aux_sets: Sequence[_AuxSet],
-        deferred: _DeferredWeights | None = None,
+        hooks: Sequence[BatchHook] = (),
+        first_row: int = 0,
     ) -> _Tally:
         """One optimizer step on a mini-batch, accumulated over micro-batches.
 
@@ -657,10 +566,11 @@ class Policy:
         the loss aggregated over the whole mini-batch. Then every auxiliary set adds its
         term (:meth:`_aux_backward`) to the same optimizer step.
 
-        ``deferred`` (a single pass without old log-probs): the peer tokens' importance
-        weights are computed from this forward's detached log-probs (the ratio's
-        denominator too) and written into ``inputs.token_weights`` before the objective
-        reads them.
+        Every hook sees each micro-batch after its forward, before the objective reads
+        its inputs (:meth:`BatchHook.micro_batch`: its rows in the batch, from
+        ``first_row``, the mini-batch's first, on), with the forward's detached log-probs:
+        in a single pass without old log-probs, what a hook weighs by ``log pi_old`` it
+        weighs there.
         """
         self.optimizer.zero_grad(set_to_none=True)
         if settings.agg == "token-mean":
@@ -686,9 +596,12 @@ class Policy:
                 # enters the loss (entropy_coef != 0), else it is a metric only.
                 logp, entropy = token_log_probs_and_entropy(logits, targets)
                 micro = inputs.rows(rows, width - 1, start=start)
-                if deferred is not None:
-                    assert micro.token_weights is not None
-                    deferred.rows(rows, width - 1, start).weigh(micro.token_weights, logp.detach())
+                if hooks:
+                    detached = logp.detach()
+                    batch_rows = slice(first_row + rows.start, first_row + rows.stop)
+                    columns = slice(start, width - 1)
+                    for hook in hooks:
+                        hook.micro_batch(batch_rows, columns, detached, micro)
                 out = objective(
                     logp=logp,
                     entropy=entropy,
@@ -703,7 +616,7 @@ class Policy:
             self._aux_and_step(tally, aux_sets)
         return tally
 
-    def _aux_and_step(self, tally: _Tally, aux_sets: list[_AuxSet]) -> None:
+    def _aux_and_step(self, tally: _Tally, aux_sets: Sequence[_AuxSet]) -> None:
         """Backward the batch's aux terms onto the gradients already accumulated, clip,
         and step (a non-finite gradient norm skips the step)."""
         for aux in aux_sets:
@@ -767,7 +680,7 @@ class Policy:
             return token_budget_micro_batches(attention_mask.sum(dim=1).tolist(), budget)
         size = self.config.micro_batch_size
         n = attention_mask.shape[0]
-        return [slice(start, start + size) for start in range(0, n, size)]
+        return [slice(start, min(start + size, n)) for start in range(0, n, size)]
 
     def _autocast(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
         """The precision context of a forward of ``model``: none under float32, and for a
@@ -870,42 +783,6 @@ class Policy:
         return out
 
 
-def truncated_importance_weights(
-    learner_logp: torch.Tensor, behaviour_logp: torch.Tensor, c_bar: float
-) -> torch.Tensor:
-    """PRP's truncated importance weights ``w_t = min(pi_old(t) / mu(t), c_bar)`` per token
-    (SPEC 4.1), from the log-probs: ``min(exp(min(log pi_old - log mu, 50)), c_bar)`` (the
-    log-ratio bounded so that ``exp`` stays finite; ``c_bar`` bounds it far lower)."""
-    return torch.clamp(torch.exp(torch.clamp(learner_logp - behaviour_logp, max=50.0)), max=c_bar)
-
-
-@dataclass(frozen=True)
-class _DeferredWeights:
-    """Peer tokens whose importance weights the update computes: ``mask`` (``[n, L-1]``)
-    true on them, ``mu`` their behaviour log-probs there; ``samples`` the batch's rows."""
-
-    samples: list[int]
-    mask: torch.Tensor
-    mu: torch.Tensor
-    c_bar: float
-
-    def rows(self, rows: slice, positions: int | None = None, start: int = 0) -> _DeferredWeights:
-        """Views of rows ``rows``, positions ``[start, positions)``, as
-        :meth:`ObjectiveInputs.rows` cuts the objective's inputs."""
-        columns = slice(start, positions)
-        return _DeferredWeights(
-            self.samples, self.mask[rows, columns], self.mu[rows, columns], self.c_bar
-        )
-
-    def weigh(self, token_weights: torch.Tensor, old_logp: torch.Tensor) -> None:
-        """Write the weights against ``old_logp`` (``log pi_old``, same shape) into
-        ``token_weights`` (in place) on the masked tokens."""
-        weights = truncated_importance_weights(old_logp, self.mu, self.c_bar).to(
-            token_weights.dtype
-        )
-        token_weights.copy_(torch.where(self.mask, weights, token_weights))
-
-
 @dataclass(frozen=True)
 class _AuxSet:
     """An :class:`AuxTerm` with its loss function looked up and its sequences built:
@@ -958,24 +835,6 @@ class _Tally:
         return result
 
 
-def _scatter_per_token(
-    target: torch.Tensor,
-    rows: Sequence[Sequence[float] | None],
-    response_mask: torch.Tensor,
-    what: str,
-) -> torch.Tensor:
-    """``target`` (``[N, L-1]``) with row i's response positions set to ``rows[i]``; rows
-    given as None keep their values."""
-    for row, values in enumerate(rows):
-        if values is None:
-            continue
-        positions = response_mask[row].nonzero().squeeze(-1)
-        if len(values) != len(positions):
-            raise ValueError(f"sample {row}: {len(values)} {what} for {len(positions)} tokens")
-        target[row, positions] = torch.tensor(values, dtype=target.dtype, device=target.device)
-    return target
-
-
 def token_budget_micro_batches(lengths: Sequence[int], budget: int) -> list[slice]:
     """Consecutive micro-batches of the sequences of ``lengths`` (real tokens of each,
     right-padded), each as large as its padded size allows: a micro-batch of rows
@@ -1010,9 +869,26 @@ def _check_rollout_device(config: PolicyConfig, device: torch.device) -> None:
         )
 
 
+def cpu_bf16_support() -> str | None:
+    """The CPU's native bfloat16 instructions (``"AMX"``, ``"AVX512-BF16"``), or None:
+    bfloat16 autocast then still works on the CPU, converting in software (slower, but it
+    still cut forward + backward by about a third on an AVX-512 CPU without them)."""
+    cpu = getattr(torch, "cpu", None)
+    probes = (("AMX", "_is_amx_tile_supported"), ("AVX512-BF16", "_is_avx512_bf16_supported"))
+    for name, probe in probes:
+        check = getattr(cpu, probe, None)
+        try:
+            if check is not None and check():
+                return name
+        except RuntimeError:  # a torch build without the probe's CPU support
+            continue
+    return None
+
+
 def _compute_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """The autocast dtype of ``dtype`` on ``device``; :class:`PrecisionError` for float16
-    on the CPU or an unknown name."""
+    on the CPU or an unknown name. bfloat16 on the CPU is allowed on every CPU; the log
+    says whether this one has native bfloat16 (:func:`cpu_bf16_support`)."""
     if dtype not in COMPUTE_DTYPES:
         raise PrecisionError(f"unknown dtype {dtype!r}; use one of {tuple(COMPUTE_DTYPES)}")
     if dtype == "float16" and device.type == "cpu":
@@ -1020,6 +896,17 @@ def _compute_dtype(dtype: str, device: torch.device) -> torch.dtype:
             "dtype 'float16' needs an accelerator (float16 autocast with a gradient "
             "scaler); on the CPU use 'bfloat16' (autocast, no scaler) or 'float32'"
         )
+    if dtype == "bfloat16" and device.type == "cpu":
+        native = cpu_bf16_support()
+        if native is None:
+            log.warning(
+                "dtype 'bfloat16' on a CPU without native bfloat16 (no AVX512-BF16 or AMX): "
+                "autocast converts in software, so steps gain less than on a CPU with them "
+                "(CPU capability: %s); set dtype to 'float32' if they are slower",
+                torch.backends.cpu.get_cpu_capability(),
+            )
+        else:
+            log.info("dtype 'bfloat16' on the CPU uses its native %s instructions", native)
     return COMPUTE_DTYPES[dtype]
 
 

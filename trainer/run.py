@@ -8,6 +8,7 @@ through the Shared Experience Exchange; rank 0 writes the spool and ships it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -41,7 +42,7 @@ from trainer.checkpoint import (
     save_worker_state,
     write_state,
 )
-from trainer.config import PolicyConfig, RunConfig
+from trainer.config import ConfigError, PolicyConfig, RunConfig
 from trainer.devices import DeviceError, DeviceRuntime, TorchCuda, WorkerDevice
 from trainer.exchange import SharedExperienceExchange, StepRecord
 from trainer.models import ModelSourceError, check_model_source
@@ -54,6 +55,7 @@ from trainer.remix.reuse import ReMix
 from trainer.shipper import Shipper
 from trainer.spool import Spool, SpoolOffsets, make_point
 from trainer.tasks import Problem, Task, get_reward, make_task
+from trainer.tasks.few_shot import prompt_context
 from trainer.zoo import resolve_model_source
 
 log = logging.getLogger("trainer.run")
@@ -117,6 +119,9 @@ def prepare_run_dir(run_dir: Path, config: RunConfig, *, resume: bool) -> None:
         if not config_file.exists():
             raise RunSetupError(f"--resume: {run_dir} holds no run (no config.json)")
         stored = json.loads(config_file.read_text())
+        with contextlib.suppress(ConfigError):  # unreadable: compared as stored (differs)
+            # Fields added since the run started read as their defaults (what it ran with).
+            stored = RunConfig.from_dict(stored).to_dict()
         if stored != config.to_dict():
             raise RunSetupError(
                 f"--resume: the config differs from {config_file}; resume with the run's own "
@@ -146,6 +151,7 @@ def launch(options: RunOptions) -> None:
         return
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(_free_port())
+    prepare_cpu_workers()  # the spawned workers inherit it before they load torch
     if world_size == 1:
         run_worker(0, 1, options)
     else:
@@ -224,6 +230,42 @@ def apply_device_plan(rank: int) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a Slurm task's ``--cpus-per-task``,
+    a cgroup's cpuset), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or (os.cpu_count() or 1)
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
+def worker_threads(
+    rank: int, world_size: int, worker: WorkerDevice, env: Mapping[str, str] | None = None
+) -> int:
+    """Rank ``rank``'s intra-op threads: on the CPU its plan's
+    (:func:`trainer.devices.cpu_threads`: ``MRL_CPU_THREADS_BY_RANK``, else its share of
+    :func:`available_cpus`); on a GPU the machine's CPUs over the world size, as before."""
+    if worker.is_cuda:
+        return max(1, (os.cpu_count() or 1) // world_size)
+    try:
+        return devices.cpu_threads(
+            rank, world_size, os.environ if env is None else env, available_cpus()
+        )
+    except DeviceError as exc:
+        raise RunSetupError(str(exc)) from exc
+
+
+def prepare_cpu_workers(env: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Add :data:`trainer.devices.CPU_WORKER_ENV` (idle OpenMP threads sleep) to ``env``
+    (``os.environ``) when the job runs on the CPU only; return what was added. Call it
+    before torch loads in the worker's process: the CLI does before importing this module,
+    :func:`launch` before spawning workers (a spawned process loads torch afresh)."""
+    target = os.environ if env is None else env
+    added = devices.cpu_worker_env(target)
+    target.update(added)
+    return added
+
+
 def place_worker(
     rank: int, options: RunOptions, runtime: DeviceRuntime, env: Mapping[str, str] | None = None
 ) -> WorkerDevice:
@@ -266,7 +308,15 @@ def run_worker(
     rendezvous.write_worker_record(options.run_dir, record)
     log.info("%s (rank %d) runs on node %s", record["policy"], rank, record["node"])
     signal.signal(STOP_SIGNAL, _request_stop)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(worker_threads(rank, world_size, worker))
+    if not worker.is_cuda:
+        log.info(
+            "%s: %d intra-op threads, %s=%s",
+            record["policy"],
+            torch.get_num_threads(),
+            devices.WAIT_POLICY_ENV,
+            os.environ.get(devices.WAIT_POLICY_ENV, "(OpenMP's default)"),
+        )
     if world_size > 1:
         # Peers on other nodes must reach this one: bind gloo to the route to rank 0.
         rendezvous.choose_gloo_interface(os.environ)
@@ -301,6 +351,8 @@ def _train(
         reward_fn=get_reward(task.reward_name),
         success_threshold=config.success_threshold,
         device=worker.device,
+        objective=config.objective,
+        prompt_context=prompt_context(config.task, task),
     )
     tokenizer_dirs = {name: dirs[1] for name, dirs in options.model_dirs.items()}
     regime = make_regime(config, policy.name, tokenizer_dirs)
@@ -354,7 +406,16 @@ def _train(
             # sequential_sft resumes from there into its SFT stage.
             if step % config.checkpoint_every == 0 or step in (config.steps, options.steps) or stop:
                 _checkpoint(
-                    options.run_dir, step, policy, exchange, spool, remix, consumption, regime
+                    options.run_dir,
+                    step,
+                    policy,
+                    exchange,
+                    spool,
+                    remix,
+                    consumption,
+                    regime,
+                    keep_last=config.checkpoint_keep_last,
+                    optimizer_state=config.checkpoint_optimizer_state,
                 )
             if stop and step < options.steps:
                 log.info("%s: stop signal; checkpointed step %d and stopping", policy.name, step)
@@ -480,7 +541,13 @@ def _checkpoint(
     remix: ReMix | None = None,
     consumption: Consumption | None = None,
     regime: Regime | None = None,
+    *,
+    keep_last: int | None = 2,
+    optimizer_state: str = "every",
 ) -> None:
+    """Save every policy's part of step ``step``'s checkpoint; rank 0 then marks it
+    complete and prunes the older ones (``keep_last``, ``optimizer_state``:
+    :func:`trainer.checkpoint.prune`)."""
     directory = checkpoint_dir(run_dir, step) / policy.name
     save_policy(directory, policy.model, policy.optimizer)
     save_worker_state(
@@ -496,7 +563,12 @@ def _checkpoint(
     exchange.barrier()  # every policy saved before the checkpoint is marked complete
     if spool is not None:
         spool.sync()
-        write_state(run_dir, CheckpointState(step=step, spool_offsets=spool.offsets().to_dict()))
+        write_state(
+            run_dir,
+            CheckpointState(step=step, spool_offsets=spool.offsets().to_dict()),
+            keep_last=keep_last,
+            optimizer_state=optimizer_state,
+        )
     exchange.barrier()
 
 

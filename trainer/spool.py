@@ -70,7 +70,7 @@ POINT_FIELDS = POINT.written
 """A point line's fields, in order (every field of the contract's point)."""
 EVENT_WRITTEN_FIELDS = EVENT.written
 """The fields every event line is written with, in order (what ingestion accepts is
-``webapp.api.batch.EVENT_ALLOWED_FIELDS``, these and the optional ones)."""
+``webapp.metrics.batch.EVENT_ALLOWED_FIELDS``, these and the optional ones)."""
 EVENT_OPTIONAL_FIELDS = EVENT.optional
 """The fields an event line has only when known (``samples``)."""
 

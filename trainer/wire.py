@@ -2,8 +2,8 @@
 web app accepts.
 
 Pure Python, torch-free and Django-free: the trainer's spool writer (:mod:`trainer.spool`)
-and the web app's batch parser (:mod:`webapp.api.batch`) validate through these
-definitions, the OpenAPI document (:mod:`webapp.api.schema`) takes its ingest components
+and the web app's batch parser (:mod:`webapp.metrics.batch`) validate through these
+definitions, the OpenAPI document (:mod:`webapp.metrics.views_schema`) takes its ingest components
 from :func:`json_schemas`, and the transfer-event model takes its choices from
 :func:`event_kind_choices`. What it holds:
 

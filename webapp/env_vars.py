@@ -304,6 +304,15 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "packed yet, running ones included",
         "recovery",
     ),
+    EnvVar(
+        "MRL_RAW_POINT_RETENTION_DAYS",
+        "empty: off, raw points kept",
+        "days after a run finished when beat (hourly) drops its raw points, once its "
+        "series are packed and rolled up; pages and exports then read the packs, and each "
+        "run keeps its clock series (`_pool` `perf/step_s`) and its evaluations raw "
+        "(`manage.py drop_packed_points` does it by hand; docs/CAPACITY.md)",
+        "recovery",
+    ),
     # --- slurm defaults (per-experiment forms may override) -------------------------
     EnvVar(
         "SLURM_PARTITION",

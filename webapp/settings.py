@@ -79,10 +79,16 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # the areas, each importing only those above it in this list (tests/test_layers.py)
     "webapp.core",
-    "webapp.dashboard",
-    "webapp.experiments",
+    "webapp.registry",
+    "webapp.runs",
+    "webapp.metrics",
+    "webapp.evals",
     "webapp.compare",
+    "webapp.dashboard",
+    # the tables' history before issue 32 (migrations only)
+    "webapp.experiments",
 ]
 
 MIDDLEWARE = [
@@ -261,6 +267,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "scheduler.tasks.series_pack",
         "schedule": env.float("MRL_SERIES_PACK_SECONDS", default=5.0),
     },
+    # Drops the raw points of old packed runs when MRL_RAW_POINT_RETENTION_DAYS is set
+    # (scheduler/packing.py; a no-op otherwise). The name is scheduler.dispatch.POINTS_RETENTION.
+    "points-retention": {
+        "task": "scheduler.tasks.points_retention",
+        "schedule": 3600.0,
+    },
     # Reads the evaluation task files left pending by a lost message (scheduler.dispatch.
     # TASK_FILE_CHECKS_SYNC; the views send each check as it is asked for).
     "task-file-checks": {
@@ -292,7 +304,7 @@ JOB_PYTHON = env.str("MRL_JOB_PYTHON", default=sys.executable)
 JOB_WORKDIR = Path(env.str("MRL_JOB_WORKDIR", default=str(BASE_DIR)))
 INGEST_BASE_URL = env.str("MRL_INGEST_BASE_URL", default="http://127.0.0.1:8000")
 ZOO_DIR = env.str("MRL_ZOO_DIR", default="")
-# Where a file task's train_path / val_path may live (webapp/experiments/task_data.py;
+# Where a file task's train_path / val_path may live (webapp/registry/task_data.py;
 # checked when an experiment is saved or imported and when a sweep is launched):
 # comma-separated absolute directories, e.g. MRL_TASK_DATA_DIRS=/data/sets,/scratch/data.
 # A file counts as inside when its real path (symlinks resolved) is. Empty, the default:
@@ -306,8 +318,8 @@ if any(not entry.startswith("/") for entry in TASK_DATA_DIRS):
     raise environ.ImproperlyConfigured(
         f"MRL_TASK_DATA_DIRS={TASK_DATA_DIRS!r}: give absolute directories, comma-separated"
     )
-# Where a model's or tokenizer's local directory may live (webapp/experiments/
-# compose_sources.py), judged like the task data: real paths, a path outside gets the same
+# Where a model's or tokenizer's local directory may live (webapp/registry/sources.py),
+# judged like the task data: real paths, a path outside gets the same
 # message as a missing one. Empty, the default: any directory the app can read.
 MODEL_DIRS: list[str] = [
     os.path.normpath(entry.strip())
@@ -335,12 +347,29 @@ SCHEDULER_FORGOTTEN_GRACE_SECONDS = env.float("MRL_FORGOTTEN_GRACE_SECONDS", def
 SCHEDULER_TIME_LIMIT_RESUMES = env.int("MRL_TIME_LIMIT_RESUMES", default=3)
 # Each series_pack tick (beat, every MRL_SERIES_PACK_SECONDS) packs the series of at most
 # this many finished runs whose series are not all packed yet
-# (webapp/experiments/series_packs.py): a read cache for comparisons.
+# (webapp/metrics/series_packs.py): a read cache for comparisons.
 PACK_RUNS_PER_SYNC = env.int("MRL_PACK_RUNS_PER_SYNC", default=10)
 # Before packing, each tick rolls up the series of at most this many runs not packed yet,
-# running ones included (webapp/experiments/series_rollups.py): block summaries that keep
+# running ones included (webapp/metrics/series_rollups.py): block summaries that keep
 # reads of long series and of just-finished runs' comparisons to a few thousand rows.
 ROLLUP_RUNS_PER_SYNC = env.int("MRL_ROLLUP_RUNS_PER_SYNC", default=200)
+# Retention (webapp/metrics/retention.py, issue 35): beat's points_retention drops, every
+# hour, the raw points of runs finished more than this many days ago whose series are
+# packed and rolled up (pages and exports then read the packs; each run keeps its clock
+# series and its evaluations raw). Empty, the default: raw points are kept for ever.
+_RAW_POINT_RETENTION = env.str("MRL_RAW_POINT_RETENTION_DAYS", default="")
+try:
+    RAW_POINT_RETENTION_DAYS: float | None = (
+        float(_RAW_POINT_RETENTION) if _RAW_POINT_RETENTION.strip() else None
+    )
+except ValueError as exc:
+    raise environ.ImproperlyConfigured(
+        f"MRL_RAW_POINT_RETENTION_DAYS={_RAW_POINT_RETENTION!r}: give a number of days"
+    ) from exc
+if RAW_POINT_RETENTION_DAYS is not None and RAW_POINT_RETENTION_DAYS < 0:
+    raise environ.ImproperlyConfigured(
+        f"MRL_RAW_POINT_RETENTION_DAYS={_RAW_POINT_RETENTION!r}: give 0 or more days"
+    )
 
 # --- slurm defaults (per-experiment forms may override) ------------------------------
 SLURM_PARTITION = env.str("SLURM_PARTITION", default="")

@@ -1,4 +1,5 @@
-"""Top-level URL map: accounts, dashboard, experiments and runs, the API, admin, health."""
+"""Top-level URL map: each area's pages (dashboard: experiments and runs; registry;
+evals; compare; metrics' CSVs; core: API tokens), the API, accounts, admin, health."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
@@ -9,9 +10,12 @@ from webapp.core.forms import LoginForm
 
 urlpatterns = [
     path("", include("webapp.dashboard.urls")),
-    path("", include("webapp.experiments.urls")),
-    path("api/v1/", include("webapp.api.urls")),
+    path("", include("webapp.registry.urls")),
+    path("", include("webapp.evals.urls")),
     path("", include("webapp.compare.urls")),
+    path("", include("webapp.metrics.urls")),
+    path("", include("webapp.core.urls")),
+    path("api/v1/", include("webapp.metrics.api_urls")),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(authentication_form=LoginForm),

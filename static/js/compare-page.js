@@ -216,7 +216,7 @@
     const params = viewParams();
     const view = currentView();
     // No key chosen (no series yet): the server's default table metric, which the page
-    // carries (views_compare.py's summary_metric).
+    // carries (compare/views_pages.py's summary_metric).
     const summarySelect = document.getElementById("summary-metric-select");
     const summaryMetric = summarySelect.value || summarySelect.dataset.default;
     const notes = document.getElementById("compare-notes");

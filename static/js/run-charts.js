@@ -2,7 +2,7 @@
 // as the metric catalogue says; fed incrementally from the series API by
 // MRLRun.charts.refresh() (called by run-page.js's poll loop).
 //
-// What the reader controls (templates/experiments/_run_curves.html): a search that hides
+// What the reader controls (templates/dashboard/_run_curves.html): a search that hides
 // the charts whose key and name do not match, groups that collapse, the smoothing (the
 // compare page's debiased EMA, window.MRLSmoothing; the raw curve stays faint behind),
 // and a CSV download per chart and of the whole run. The hover shows every policy's value
@@ -23,6 +23,8 @@
   // A chart whose values spread over less than this fraction of their size is drawn as
   // constant (float noise in a schedule's value is ~1e-16 of it).
   const CONSTANT_SPREAD = 1e-9;
+  // A chart spanning at most this many steps gets one x tick per step.
+  const FEW_STEPS = 10;
 
   const keyToGroup = new Map();
   for (const group of config.groups) for (const key of group.keys) keyToGroup.set(key, group);
@@ -173,6 +175,18 @@
     return [value - pad, value + pad];
   }
 
+  // The steps a chart spans (last - first over its traces); null without points.
+  function stepSpan(chart) {
+    let first = Infinity;
+    let last = -Infinity;
+    for (const trace of chart.traces.values()) {
+      if (!trace.x.length) continue;
+      first = Math.min(first, trace.x[0]);
+      last = Math.max(last, trace.x[trace.x.length - 1]);
+    }
+    return first <= last ? last - first : null;
+  }
+
   // The theme's colours (plot-text.js: the one helper every chart of the app uses).
   const { colours, themed } = window.MRLPlotTheme;
 
@@ -189,9 +203,11 @@
       // makes CSS classes of it, so no policy names) keeps a trace hidden from the legend
       // hidden across redraws and smoothing changes.
       // The legend shows the name ellipsized, the hover the whole of it (the trace's meta).
+      // A trace of one point (a run's first step) is a marker: a line needs two.
       const common = {
         x: trace.x, name: legend(label), meta: plotMeta(label), legendgroup: policy,
-        mode: "lines", type: "scatter",
+        mode: trace.x.length === 1 ? "lines+markers" : "lines", type: "scatter",
+        marker: { color: colour, size: 7 },
       };
       if (weight > 0) {
         raw.push({
@@ -215,6 +231,9 @@
     const { fg, muted, card } = colours();
     const range = constantRange(chart);
     const unit = metric(key).unit || "";
+    // Steps are whole: a run of a few steps gets a tick per step, not "step 1.5".
+    const steps = stepSpan(chart);
+    const stepTicks = steps !== null && steps <= FEW_STEPS ? { tick0: 0, dtick: 1 } : {};
     // The trace arrays grow in place, and Plotly.react redraws only for new arrays or a new
     // datarevision: the revision makes every change of points (or of the smoothing) a
     // redraw. uirevision keeps what the user did (a zoom, hidden traces) across redraws;
@@ -223,7 +242,7 @@
     const layout = themed({
       title: { text: plain(metricLabel(key)), font: { size: 13 } }, margin: { l: 56, r: 12, t: 32, b: 56 }, height: 280,
       hovermode: "x unified", hoverlabel: { bgcolor: card, bordercolor: muted, font: { color: fg } },
-      xaxis: { title: { text: "step", standoff: 4 }, unifiedhovertitle: { text: "step %{x}" } },
+      xaxis: { title: { text: "step", standoff: 4 }, unifiedhovertitle: { text: "step %{x}" }, ...stepTicks },
       yaxis: {
         title: { text: plain(unit) }, automargin: true,
         // Plain numbers on the ticks ("0.0003", not "300μ"); a constant series' few digits.

@@ -57,6 +57,17 @@
     return list;
   }
 
+  // What a tokenizer's space and line-break markers mean, for the markers ``tokens`` use:
+  // byte-level BPE (GPT-2, Qwen, Llama 3, SmolLM2) writes a space as "Ġ" and a line break
+  // as "Ċ", SentencePiece a space as "▁". Null when they use none.
+  const MARKERS = [["Ġ", "a space"], ["Ċ", "a line break"], ["▁", "a space"]];
+  function markerNote(tokens) {
+    const used = MARKERS.filter(([mark]) => tokens.some((token) => token.includes(mark)));
+    if (!used.length) return null;
+    const meanings = used.map(([mark, meaning]) => `${mark} is ${meaning}`).join(", ");
+    return el("p", { class: "muted", "data-testid": "transfer-token-markers" }, `In these tokens ${meanings}.`);
+  }
+
   function sampleBlock(sample, index, detail) {
     const box = el("div", { class: "transfer-sample" });
     const head = [`Response ${index + 1}`];
@@ -69,6 +80,8 @@
       const tokens = sample.tokens.length;
       box.append(el("h4", {}, `Retokenized for ${detail.event.target} (THL): ${tokens} token${tokens === 1 ? "" : "s"}`));
       box.append(tokenList(sample.tokens));
+      const note = markerNote(sample.tokens);
+      if (note) box.append(note);
     }
     if (sample.truncated) {
       box.append(el("p", { class: "muted" },
@@ -85,6 +98,9 @@
     box.append(el("h4", {}, id ? `Prompt ${id}` : "Prompt"));
     if (typeof detail.prompt_text === "string") {
       box.append(el("pre", { class: "transfer-text", "data-testid": "transfer-prompt-text" }, detail.prompt_text || "(empty prompt)"));
+      // The problem alone: the task's system prompt and worked examples came before it.
+      const context = document.getElementById("transfers").dataset.promptContext;
+      if (context) box.append(el("p", { class: "muted", "data-testid": "transfer-prompt-context" }, context));
     } else {
       box.append(el("p", { class: "muted" }, "Its text cannot be found in the run's task (only the id was recorded)."));
     }
@@ -250,11 +266,21 @@
         customdata: rows.map((r) => (size > 1 ? `${r.step}–${r.step + size - 1}` : String(r.step))),
       };
     });
+    // Steps and counts are whole: a few buckets get a tick each (not "step 1.5"), a few
+    // transfers a tick per transfer (not "0.5 transfers").
+    const starts = summary.over_time.map((row) => row.step);
+    const buckets = starts.length ? (Math.max(...starts) - Math.min(...starts)) / size + 1 : 0;
+    const perBucket = new Map();
+    for (const row of summary.over_time) perBucket.set(row.step, (perBucket.get(row.step) || 0) + row.count);
+    const most = Math.max(0, ...perBucket.values());
     // Drawn in the page's theme (plot-text.js's MRLPlotTheme).
     window.Plotly.react("transfer-over-time", traces, window.MRLPlotTheme.themed({
       barmode: "stack", height: 240, margin: { l: 50, r: 10, t: 10, b: 40 },
-      xaxis: { title: { text: size > 1 ? `step (buckets of ${size})` : "step" } },
-      yaxis: { title: { text: "transfers" }, rangemode: "tozero" },
+      xaxis: {
+        title: { text: size > 1 ? `step (buckets of ${size})` : "step" },
+        ...(size === 1 && buckets <= 12 ? { tick0: 0, dtick: 1 } : {}),
+      },
+      yaxis: { title: { text: "transfers" }, rangemode: "tozero", ...(most <= 8 ? { tick0: 0, dtick: 1 } : {}) },
       legend: { orientation: "h", y: 1.12 },
       datarevision: Date.now(),
     }), { displaylogo: false, responsive: true });

@@ -12,9 +12,9 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.conftest import log_in
-from tests.webapp.test_compare_support import add_series, make_runs
+from tests.webapp.compare.test_compare_support import add_series, make_runs
 from webapp.compare.bars import NO_EVALUATIONS
-from webapp.experiments.models import Run
+from webapp.runs.models import Run
 
 pytestmark = pytest.mark.browser
 

@@ -17,9 +17,9 @@ from PIL import Image
 from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.colours import contrast, luminance
-from tests.webapp.test_compare_support import add_series, make_runs
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
+from tests.webapp.compare.test_compare_support import add_series, make_runs
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
 
 pytestmark = pytest.mark.browser
 

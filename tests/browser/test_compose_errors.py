@@ -163,7 +163,7 @@ def test_the_build_button_starts_the_build_in_place_and_follows_it(
     it says to press Preview again. The job is recorded, not run: this test plays the
     worker's part by writing the build's status as the worker does."""
     from scheduler import dispatch
-    from webapp.experiments import zoo_builds
+    from webapp.registry import zoo_builds
 
     zoo = tmp_path / "zoo"
     zoo.mkdir()

@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.conftest import log_in
-from webapp.experiments.models import Experiment
+from webapp.runs.models import Experiment
 
 pytestmark = pytest.mark.browser
 

@@ -17,9 +17,10 @@ from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.test_transfer_panel import _open
 from tests.conftest import log_in, pool_config
-from tests.webapp.test_compare_support import add_series, make_runs
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run, SavedComparison
+from tests.webapp.compare.test_compare_support import add_series, make_runs
+from webapp.compare.models import SavedComparison
+from webapp.core.services import lab_for_user
+from webapp.runs.models import Experiment, Run
 
 pytestmark = pytest.mark.browser
 
@@ -127,7 +128,7 @@ def test_markup_in_a_group_label_is_shown_as_text_on_the_compare_page(
 
     # A saved comparison's stable address draws the same text.
     saved = SavedComparison.objects.create(
-        lab=services.lab_for_user(alice),
+        lab=lab_for_user(alice),
         owner=alice,
         name="labels",
         query=query(runs),

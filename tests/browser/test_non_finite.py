@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.browser.test_compare_first_minutes import compare_url, log_in_fast
-from tests.webapp.test_compare_support import add_series, make_runs
+from tests.webapp.compare.test_compare_support import add_series, make_runs
 from trainer import metrics as m
 from webapp.compare.spec import DEFAULT_TABLE_METRIC
 

@@ -20,8 +20,8 @@ from playwright.sync_api import Page, expect
 
 from scheduler.launch import experiment_launch
 from tests.conftest import log_in
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
 
 pytestmark = pytest.mark.browser
 

@@ -23,8 +23,9 @@ from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.colours import contrast
 from webapp.compare.stats import ema
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, MetricPoint, MetricSeries, Run
+from webapp.metrics.models import MetricPoint, MetricSeries
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
 
 pytestmark = pytest.mark.browser
 

@@ -21,9 +21,9 @@ from playwright.sync_api import Browser, Dialog, Page, expect
 from tests.conftest import log_in
 from trainer.config import RunConfig
 from trainer.tasks import make_task
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
-from webapp.experiments.progress import NO_VALUE
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
+from webapp.runs.progress import NO_VALUE
 
 pytestmark = pytest.mark.browser
 

@@ -15,9 +15,9 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.conftest import log_in
-from tests.webapp.test_suites import SYNTHETIC_TASKS
+from tests.webapp.registry.test_suites import SYNTHETIC_TASKS
 from trainer.evals.synthetic import write_synthetic_suite
-from webapp.experiments.models import EvalSuite
+from webapp.registry.models import EvalSuite
 
 pytestmark = pytest.mark.browser
 

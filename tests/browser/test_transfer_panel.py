@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.conftest import log_in
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
 
 pytestmark = pytest.mark.browser
 

@@ -22,8 +22,8 @@ from tests.conftest import log_in
 from tests.integration.conftest import CeleryWorker, start_celery_worker, stop_celery_worker
 from webapp.core.models import ServiceHeartbeat
 from webapp.core.selectors import WORKER_SERVICE
-from webapp.experiments import services
-from webapp.experiments.models import Experiment
+from webapp.runs import services
+from webapp.runs.models import Experiment
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

@@ -151,9 +151,10 @@ def manage(env: dict[str, str], *args: str) -> str:
 CREATE_RUN = """
 import json
 from django.contrib.auth.models import User
-from webapp.experiments import services
+from webapp.core.services import lab_join
+from webapp.runs import services
 owner, _ = User.objects.get_or_create(username="faults")
-services.lab_join(owner)
+lab_join(owner)
 experiment = services.experiment_create(owner=owner, config=json.loads(CONFIG), seeds=[0])
 run = services.runs_create(experiment)[0]
 print(json.dumps({"run": run.pk, "token": services.run_token_issue(run), "config": run.config}))

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 from scheduler.tasks import runs_sync
 from tests.conftest import log_in
 from tests.integration.conftest import SchedulerWorld
-from webapp.experiments.models import Experiment
+from webapp.runs.models import Experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 

@@ -24,8 +24,8 @@ from tests.integration.conftest import (
     start_celery_worker,
     stop_celery_worker,
 )
-from webapp.core.models import ServiceHeartbeat
-from webapp.experiments.models import EvalSuite, Lab, TaskFileCheck
+from webapp.core.models import Lab, ServiceHeartbeat
+from webapp.registry.models import EvalSuite, TaskFileCheck
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -58,7 +58,7 @@ def test_a_large_task_file_is_read_by_the_worker(
     client.force_login(alice)
 
     saved = client.post(
-        reverse("experiments:suite_create"),
+        reverse("registry:suite_create"),
         {"name": "big", "description": "", "suite_file": "", "tasks": f"t math {big}"},
     )
 

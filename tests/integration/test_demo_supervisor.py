@@ -31,7 +31,7 @@ LAUNCH = """
 from django.contrib.auth import get_user_model
 from tests.integration.test_run_lifecycle import tiny_config
 from scheduler.launch import experiment_launch
-from webapp.experiments import services
+from webapp.runs import services
 experiment = services.experiment_create(
     owner=get_user_model().objects.get(username="demo"),
     config=tiny_config("after-the-kill", steps=2),
@@ -164,14 +164,16 @@ def test_a_sigkilled_worker_is_replaced_and_a_queued_run_starts(demo: Demo) -> N
         )
         consuming_after = time.monotonic() - killed_at
         assert consuming_after < 30
+        # The run enters "submitted" before the job starts and its id is stored (the
+        # submit task's two steps): wait for the id, the proof that a job started.
         wait_for(
-            lambda: demo.run_state(run_id)[0] != "queued",
-            f"the queued run to start\n{demo.log()}",
+            lambda: demo.run_state(run_id)[1] != "",
+            f"the queued run to start a job\n{demo.log()}",
             timeout=60,
         )
         state, job_id = demo.run_state(run_id)
         assert state in {"submitted", "pending", "running", "completing", "completed"}, state
-        assert job_id  # the local job's pid
+        assert job_id.isdigit()  # the local job's pid
         supervisor_log = (demo.var_dir / "supervisor.out").read_text()
         assert f"worker (pid {first_pid}) was killed by SIGKILL" in supervisor_log
         assert "restart 1" in supervisor_log

@@ -23,8 +23,11 @@ from trainer.config import RunConfig
 from trainer.evals.suite import SuiteConfig
 from trainer.evals.synthetic import write_synthetic_suite
 from trainer.run import CONFIG_FILE
-from webapp.experiments import services
-from webapp.experiments.models import EvalSuite, Evaluation, MetricPoint, Run
+from webapp.evals.models import Evaluation
+from webapp.metrics.models import MetricPoint
+from webapp.registry.models import EvalSuite
+from webapp.runs import services
+from webapp.runs.models import Run
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

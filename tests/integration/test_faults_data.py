@@ -72,7 +72,8 @@ from trainer.checkpoint import latest_checkpoint
 from trainer.cli import EXIT_UNSHIPPED
 from trainer.shipper import Shipper
 from trainer.spool import Spool, make_event, make_point, read_events, read_points
-from webapp.experiments.models import MetricPoint, Run, TransferEvent
+from webapp.metrics.models import MetricPoint, TransferEvent
+from webapp.runs.models import Run
 
 # One worker starts the module's app (gunicorn on a Postgres of its own); spread over
 # two, both would (tests/conftest.py).
@@ -492,7 +493,7 @@ def test_a_sigkilled_worker_fails_the_run_and_resubmit_resumes_it(
 
         client = Client()
         client.force_login(alice)
-        response = client.post(reverse("experiments:run_resubmit", args=[run.pk]))
+        response = client.post(reverse("dashboard:run_resubmit", args=[run.pk]))
         assert response.status_code == 302
         run = watcher.until_state("completed", "failed", "cancelled", timeout=300)
     assert run.state == "completed", (run.failure_reason, watcher.states)

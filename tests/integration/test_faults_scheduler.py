@@ -60,8 +60,8 @@ from tests.integration.test_run_lifecycle import (
     tiny_config,
 )
 from trainer.checkpoint import latest_checkpoint
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
 
 pytestmark = [
     pytest.mark.integration,

@@ -18,8 +18,9 @@ from scheduler.launch import experiment_launch
 from scheduler.tasks import runs_sync
 from tests.integration.conftest import SchedulerWorld
 from trainer import metrics as m
-from webapp.experiments import services
-from webapp.experiments.models import MetricPoint, Run
+from webapp.metrics.models import MetricPoint
+from webapp.runs import services
+from webapp.runs.models import Run
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

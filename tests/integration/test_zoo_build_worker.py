@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from tests.integration.conftest import CeleryWorker, start_celery_worker, stop_celery_worker
 from trainer.zoo import ZOO_IDS
-from webapp.experiments import zoo_builds
+from webapp.registry import zoo_builds
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -55,7 +55,7 @@ def test_the_button_builds_the_recipe_in_a_real_worker(
     client.force_login(alice)
 
     response = client.post(
-        reverse("experiments:zoo_build"), {"recipe": "default"}, HTTP_ACCEPT="application/json"
+        reverse("registry:zoo_build"), {"recipe": "default"}, HTTP_ACCEPT="application/json"
     )
 
     assert response.status_code == 202, response.content
@@ -68,5 +68,5 @@ def test_the_button_builds_the_recipe_in_a_real_worker(
     assert build is not None and build.state == "ready", worker.log()
     assert build.ready == list(ZOO_IDS) and build.pid == worker.process.pid
     assert "scheduler.tasks.zoo_build" in worker.log()
-    status = client.get(reverse("experiments:zoo_build"), {"recipe": "default"}).json()
+    status = client.get(reverse("registry:zoo_build"), {"recipe": "default"}).json()
     assert (status["state"], status["progress"]) == ("ready", "3 of 3 models ready")

@@ -11,8 +11,8 @@ from django.conf import settings
 from scheduler import dispatch, run_job
 from scheduler.backends import BackendError, JobStatus
 from scheduler.jobs import JobSpec
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
 
 
 class FakeBackend:

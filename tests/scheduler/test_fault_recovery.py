@@ -22,8 +22,8 @@ from scheduler.run_job import job_spec
 from scheduler.submit import SUBMIT_LOCK_CLASS, submit
 from scheduler.sync import TIME_LIMIT_RESUMED, resend_stale_queued, resend_stale_submissions, sync
 from tests.scheduler.conftest import FakeBackend
-from webapp.experiments import services
-from webapp.experiments.models import Run
+from webapp.runs import services
+from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db
 

@@ -25,8 +25,8 @@ from scheduler.jobs import (
 from scheduler.run_job import job_spec
 from tests.scheduler.test_jobs import INJECTIONS, spec
 from trainer.mwra import PlacementPlan, PolicyDemand, plan_placement
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
 
 B = 1_000_000_000
 # Options that, beside --gres and --cpus-per-task, would ask for GPUs or CPUs a second
@@ -376,7 +376,7 @@ def test_a_bad_partition_python_fails_the_run_at_submission(
 
 @pytest.mark.django_db
 def test_the_compose_form_still_reads_a_partition_with_a_python(partitions: Any) -> None:
-    from webapp.experiments.forms.resources import ResourcesForm
+    from webapp.runs.forms.resources import ResourcesForm
 
     data = {"backend": "slurm", "partition": "gpu", "gpus": 4, "cpus_per_gpu": 8}
     form = ResourcesForm(data={**data, "time_limit": "01:00:00"})

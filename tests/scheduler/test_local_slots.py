@@ -18,8 +18,8 @@ from scheduler.submit import submit
 from scheduler.sync import resend_stale_queued
 from scheduler.tasks import runs_sync
 from tests.scheduler.conftest import FakeBackend
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +52,7 @@ def test_only_the_limit_starts_and_the_rest_wait_queued_saying_why(
         "when one ends"
     )
     client.force_login(alice)
-    page = client.get(reverse("experiments:run_detail", args=[waiting.pk]))
+    page = client.get(reverse("dashboard:run_detail", args=[waiting.pk]))
     assert "waiting for a local slot: 2 of 2 local jobs running" in page.content.decode()
 
 

@@ -34,8 +34,8 @@ from tests.scheduler.conftest import FakeBackend
 from tests.scheduler.test_jobs import INJECTIONS, spec
 from trainer.mwra import PlacementPlan, PolicyDemand, plan_placement
 from trainer.rendezvous import worker_record, write_worker_record
-from webapp.experiments import services
-from webapp.experiments.models import Experiment, Run
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run
 
 B = 1_000_000_000
 # 5B opens node 0, both 3B policies go to node 1: ranks on nodes (0, 1, 1).
@@ -133,6 +133,7 @@ def test_a_two_node_cpu_plan_gives_a_slurm_job_its_nodes_per_rank() -> None:
         "nodes": 2,
         "gpus_per_node": 0,
         "cpus_per_task": 1,
+        "cpu_threads": 1,
         "cuda_visible_devices": (),
         "memory_fractions": (),
         "node_by_rank": (0, 1, 1),

@@ -20,10 +20,12 @@ from scheduler.submit import submit
 from scheduler.sync import resend_stale_queued, sync
 from scheduler.tasks import runs_sync, series_pack
 from tests.scheduler.conftest import FakeBackend
-from webapp.api.batch import parse_batch
-from webapp.api.ingest import metrics_ingest
-from webapp.experiments import series_packs, services
-from webapp.experiments.models import MetricSeries, Run, SeriesPack, SeriesRollup
+from webapp.metrics import series_packs
+from webapp.metrics.batch import parse_batch
+from webapp.metrics.ingest import metrics_ingest
+from webapp.metrics.models import MetricSeries, SeriesPack, SeriesRollup
+from webapp.runs import services
+from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ with the services they call replaced: no database, broker or backend."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import pytest
 from celery import Task
@@ -27,18 +27,23 @@ RETRYING: list[tuple[Task, str]] = [
 IDS = [task.name for task, _ in RETRYING]
 
 
-def failing(times: int, error: BackendError, then: str = "done") -> Callable[[int], str]:
+class FailingService:
     """A service that raises ``error`` on its first ``times`` calls, then returns ``then``;
     its ``calls`` counts them."""
 
-    def service(_: int) -> str:
-        service.calls += 1  # type: ignore[attr-defined]
-        if service.calls <= times:  # type: ignore[attr-defined]
-            raise error
-        return then
+    def __init__(self, times: int, error: BackendError, then: str) -> None:
+        self.times, self.error, self.then = times, error, then
+        self.calls = 0
 
-    service.calls = 0  # type: ignore[attr-defined]
-    return service
+    def __call__(self, _: int) -> str:
+        self.calls += 1
+        if self.calls <= self.times:
+            raise self.error
+        return self.then
+
+
+def failing(times: int, error: BackendError, then: str = "done") -> FailingService:
+    return FailingService(times, error, then)
 
 
 def replace(monkeypatch: pytest.MonkeyPatch, dotted: str, service: Callable[[int], str]) -> None:
@@ -65,7 +70,7 @@ def test_a_transient_error_is_retried_until_it_passes(
     service = failing(3, BackendError("Unable to contact slurm controller", transient=True))
     replace(monkeypatch, service_name, service)
     assert task.apply(args=[7]).get() == "done"
-    assert service.calls == 4  # type: ignore[attr-defined]
+    assert service.calls == 4
     assert failed_submissions == []
 
 
@@ -87,7 +92,7 @@ def test_a_permanent_error_is_not_retried(
     else:
         with pytest.raises(BackendError, match="invalid partition"):
             result.get()
-    assert service.calls == 1  # type: ignore[attr-defined]
+    assert service.calls == 1
 
 
 @pytest.mark.parametrize(("task", "service_name"), RETRYING, ids=IDS)
@@ -106,14 +111,19 @@ def test_a_transient_error_past_the_last_retry_fails(
     else:
         with pytest.raises(BackendError, match="timed out"):
             result.get()
-    assert service.calls == tasks.MAX_RETRIES + 1  # type: ignore[attr-defined]
+    assert service.calls == tasks.MAX_RETRIES + 1
+
+
+@dataclass
+class Request:
+    retries: int
 
 
 class RecordingTask:
     """What _with_retries uses of a bound task: its retry count and retry()."""
 
     def __init__(self, retries: int) -> None:
-        self.request = SimpleNamespace(retries=retries)
+        self.request = Request(retries)
         self.countdowns: list[float] = []
 
     def retry(self, *, exc: BaseException, countdown: float) -> Retry:
@@ -136,7 +146,7 @@ def test_the_retry_waits_longer_each_time_up_to_two_minutes(retries: int, countd
     task = RecordingTask(retries)
     error = BackendError("Unable to contact slurm controller", transient=True)
     with pytest.raises(Retry) as caught:
-        tasks._with_retries(task, raise_(error))  # type: ignore[arg-type]
+        tasks._with_retries(task, raise_(error))
     assert task.countdowns == [countdown]
     assert caught.value.exc is error and caught.value.__cause__ is error
 
@@ -145,13 +155,18 @@ def test_the_error_handler_gets_the_error_and_gives_the_result() -> None:
     error = BackendError("slurmctld timed out", transient=True)
     seen: list[BackendError] = []
     task = RecordingTask(tasks.MAX_RETRIES)
-    result = tasks._with_retries(task, raise_(error), lambda exc: seen.append(exc) or "handled")  # type: ignore[arg-type]
+
+    def handle(exc: BackendError) -> str:
+        seen.append(exc)
+        return "handled"
+
+    result = tasks._with_retries(task, raise_(error), handle)
     assert result == "handled" and seen == [error] and task.countdowns == []
-    assert tasks._with_retries(task, lambda: "ok") == "ok"  # type: ignore[arg-type]
+    assert tasks._with_retries(task, lambda: "ok") == "ok"
 
 
 def test_an_error_other_than_the_backends_is_not_retried() -> None:
     task = RecordingTask(0)
     with pytest.raises(ValueError):
-        tasks._with_retries(task, raise_(ValueError("bad id")), lambda exc: "handled")  # type: ignore[arg-type]
+        tasks._with_retries(task, raise_(ValueError("bad id")), lambda exc: "handled")
     assert task.countdowns == []

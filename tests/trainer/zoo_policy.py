@@ -1,6 +1,7 @@
 """Real tiny zoo policies for the trainer tests, seeded, with the math reward; model and
 tokenizer from the zoo folder: one with the regime tests' settings (group size 2, lr
-1e-3), or a pool member of a run config as the config sets it."""
+1e-3), or a pool member of a run config as the config sets it. Both optimise the
+objective the run config names, as a run's policies do."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def zoo_policy(name: str, zoo_id: str, zoo_dir: Path, config: RunConfig) -> Poli
         model_dir=model_dir,
         tokenizer_dir=model_dir,
         reward_fn=get_reward("math"),
+        objective=config.objective,
     )
 
 
@@ -38,4 +40,5 @@ def pool_member_policy(config: RunConfig, name: str, zoo_dir: Path) -> Policy:
         model_dir=model_dir,
         tokenizer_dir=model_dir,
         reward_fn=get_reward("math"),
+        objective=config.objective,
     )

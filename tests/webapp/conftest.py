@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from tests.webapp.test_api_support import make_run
-from webapp.experiments import services
-from webapp.experiments.models import Run
+from tests.webapp.metrics.test_api_support import make_run
+from webapp.runs import services
+from webapp.runs.models import Run
 
 
 @pytest.fixture(autouse=True)

@@ -23,14 +23,17 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
-from tests.webapp.test_forms import query, sgt_data
+from tests.webapp.runs.test_forms import query, sgt_data
 from trainer.config import RunConfig
 from trainer.regimes import regime_names
 from trainer.zoo import ZOO_IDS, ZOO_RECIPES
-from webapp.experiments import services
-from webapp.experiments.compose import ExperimentComposer
-from webapp.experiments.forms import MAX_MICRO_BATCH
-from webapp.experiments.models import Experiment, Lab, ModelEntry, SavedComparison, Sweep
+from webapp.compare.models import SavedComparison
+from webapp.core.models import Lab
+from webapp.registry.models import ModelEntry
+from webapp.runs import services
+from webapp.runs.compose import ExperimentComposer
+from webapp.runs.forms import MAX_MICRO_BATCH
+from webapp.runs.models import Experiment, Sweep
 
 pytestmark = pytest.mark.django_db
 
@@ -120,7 +123,7 @@ def test_every_composer_field_reports_a_bad_value_next_to_it(lab: Lab, kind: str
     # Free text takes anything printable; numbers, names and choices refuse what is not
     # one; the arithmetic task's data paths must stay empty (test_task_data_paths.py checks
     # them for the file tasks).
-    free_text = {"description", "notes", "pool-0-chat_template"}
+    free_text = {"description", "notes", "pool-0-chat_template", "task-system_prompt"}
     if kind != "empty":
         assert not {"task-train_path", "task-val_path"} & set(accepted), kind
     if kind == "nul":
@@ -137,7 +140,7 @@ def test_every_composer_field_reports_a_bad_value_next_to_it(lab: Lab, kind: str
 def test_the_compose_page_saves_or_rerenders_escaped(lab: Lab, alice: User, kind: str) -> None:
     client = logged_in(alice)
     base = sgt_data(ExperimentComposer(lab=lab))
-    url = reverse("experiments:experiment_create")
+    url = reverse("dashboard:experiment_create")
     for name in ("name", "description", "pool-0-model", "resources-time_limit"):
         before = Experiment.objects.count()
         response = client.post(url, {**base, name: VALUES[kind], "action": "save"})
@@ -161,7 +164,7 @@ def test_a_bad_clone_source_is_not_found(lab: Lab, alice: User, charlie: User) -
     other = services.experiment_create(
         owner=charlie, config={**_config(), "name": "theirs"}, seeds=[0]
     )
-    url = reverse("experiments:experiment_create")
+    url = reverse("dashboard:experiment_create")
     for value in ("²", "-1", "NaN", "99999999999999999999", str(other.pk), "1e3"):
         assert client.get(url, {"from": value}).status_code == 404, value
         assert client.post(url, {"cloned_from": value, "action": "save"}).status_code == 404
@@ -183,11 +186,11 @@ MODEL_FIELDS = ("name", "source", "tokenizer", "family", "parameter_count", "cha
 @pytest.mark.parametrize("kind", VALUES)
 def test_the_model_registry_form(lab: Lab, alice: User, kind: str) -> None:
     client = logged_in(alice)
-    url = reverse("experiments:model_create")
+    url = reverse("registry:model_create")
     for name in (*MODEL_FIELDS, "notes"):
         response = client.post(url, {**MODEL_BASE, name: VALUES[kind]})
         if response.status_code == 302:
-            assert response["Location"] == reverse("experiments:model_list")
+            assert response["Location"] == reverse("registry:model_list")
             assert_escaped(client.get(response["Location"]))
             ModelEntry.objects.all().delete()
             continue
@@ -204,7 +207,7 @@ def test_the_model_registry_form(lab: Lab, alice: User, kind: str) -> None:
 def test_the_sweep_form(alice: User, kind: str, make_experiment: Callable[..., Experiment]) -> None:
     source = make_experiment(seeds=(0,))
     client = logged_in(alice)
-    url = reverse("experiments:sweep_create", args=[source.pk])
+    url = reverse("compare:sweep_create", args=[source.pk])
     base = {
         "name": "grid",
         "regimes": ["sgt"],
@@ -233,7 +236,7 @@ def test_sweep_values_that_break_the_config_are_reported_on_the_values(
 ) -> None:
     source = make_experiment(seeds=(0,))
     client = logged_in(alice)
-    url = reverse("experiments:sweep_create", args=[source.pk])
+    url = reverse("compare:sweep_create", args=[source.pk])
     base = {"name": "grid", "regimes": ["sgt"], "seeds": "0", "param_path": "grpo.kl_coef"}
     for values, fragment in [("-1", "kl_coef must be >= 0"), ("nan", "not a finite number")]:
         response = client.post(url, {**base, "param_values": values})
@@ -254,7 +257,7 @@ def test_the_list_filters(
 ) -> None:
     services.runs_create(make_experiment(seeds=(0,)))
     client = logged_in(alice)
-    url = reverse(f"experiments:{list_name}")
+    url = reverse(f"dashboard:{list_name}")
     for kind, value in VALUES.items():
         for name in FILTER_FIELDS:
             response = client.get(url, {name: value})
@@ -280,7 +283,7 @@ COMPARE_PARAMS = (
 def test_the_compare_query(alice: User, make_experiment: Callable[..., Experiment]) -> None:
     services.runs_create(make_experiment(seeds=(0,)))
     client = logged_in(alice)
-    url = reverse("experiments:compare")
+    url = reverse("compare:page")
     for kind, value in VALUES.items():
         for name in COMPARE_PARAMS:
             params = {"q_regime": "sgt", name: value}
@@ -299,7 +302,7 @@ def test_the_compare_query(alice: User, make_experiment: Callable[..., Experimen
 def test_saving_a_comparison(alice: User, make_experiment: Callable[..., Experiment]) -> None:
     services.runs_create(make_experiment(seeds=(0,)))
     client = logged_in(alice)
-    url = reverse("experiments:comparison_save")
+    url = reverse("compare:comparison_save")
     for kind, value in VALUES.items():
         for data in ({"name": value, "query": "q_regime=sgt"}, {"name": "n", "query": value}):
             response = client.post(url, data)
@@ -310,7 +313,7 @@ def test_saving_a_comparison(alice: User, make_experiment: Callable[..., Experim
             assert_escaped(client.get(response["Location"]))
     saved = list(SavedComparison.objects.values_list("name", flat=True))
     assert not any("\x00" in name for name in saved) and SCRIPT in saved
-    assert_escaped(client.get(reverse("experiments:comparison_list")))
+    assert_escaped(client.get(reverse("compare:comparison_list")))
 
 
 # --------------------------------------------------------------------------- login
@@ -359,7 +362,7 @@ def import_config(client: Client, payload: Any, *, as_file: bool = False) -> Any
         data["config_file"] = SimpleUploadedFile("config.json", raw, "application/json")
     else:
         data["config_json"] = text
-    response = client.post(reverse("experiments:experiment_create"), data)
+    response = client.post(reverse("dashboard:experiment_create"), data)
     assert response.status_code == 200
     assert not Experiment.objects.exists()  # importing never saves
     assert_escaped(response)
@@ -375,7 +378,7 @@ def test_a_valid_config_fills_the_form_and_previews(lab: Lab, alice: User) -> No
         assert composer.config == RunConfig.from_dict({**_config(), "seed": 0}).to_dict()
         assert 'data-testid="preview-panel"' in response.content.decode()
     saved = client.post(
-        reverse("experiments:experiment_create"), {**composer.as_data().dict(), "action": "save"}
+        reverse("dashboard:experiment_create"), {**composer.as_data().dict(), "action": "save"}
     )
     experiment = Experiment.objects.get()
     assert saved["Location"] == experiment.get_absolute_url()
@@ -411,14 +414,14 @@ def test_every_example_config_imports_and_saves(
             for model in unbuilt
         ]
         saved = client.post(
-            reverse("experiments:experiment_create"),
+            reverse("dashboard:experiment_create"),
             {**composer.as_data().dict(), "action": "save"},
         )
         assert saved.status_code == 200 and not Experiment.objects.exists()
         return
     assert not composer.has_errors(), composer.error_summary()
     saved = client.post(
-        reverse("experiments:experiment_create"), {**composer.as_data().dict(), "action": "save"}
+        reverse("dashboard:experiment_create"), {**composer.as_data().dict(), "action": "save"}
     )
     assert saved.status_code == 302, saved.content.decode()[:2000]
     config = Experiment.objects.get().config
@@ -538,7 +541,7 @@ def test_importing_into_an_edit_keeps_the_experiments_own_fields(
     experiment = make_experiment(seeds=(3, 4))
     experiment.description = "kept"
     experiment.save()
-    url = reverse("experiments:experiment_edit", args=[experiment.pk])
+    url = reverse("dashboard:experiment_edit", args=[experiment.pk])
     data = {"action": "import", "config_json": json.dumps(_config(steps=12))}
     assert logged_in(bob).post(url, data).status_code == 403
     response = logged_in(alice).post(url, data)

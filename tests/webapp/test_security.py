@@ -31,18 +31,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from scheduler.launch import sweep_launch
 from scheduler.run_job import job_spec
-from tests.webapp.test_api_support import event, point, post_batch
-from webapp.experiments import services
-from webapp.experiments.models import (
-    EvalSuite,
-    Evaluation,
-    Experiment,
-    ModelEntry,
-    Run,
-    SavedComparison,
-    Sweep,
-    TransferEvent,
-)
+from tests.webapp.metrics.test_api_support import event, point, post_batch
+from webapp.compare.models import SavedComparison
+from webapp.evals.models import Evaluation
+from webapp.metrics.models import TransferEvent
+from webapp.registry.models import EvalSuite, ModelEntry
+from webapp.runs import services
+from webapp.runs.models import Experiment, Run, Sweep
 
 pytestmark = pytest.mark.django_db
 
@@ -108,7 +103,7 @@ def test_a_token_reads_nothing(client: Client, run: Run, token: str) -> None:
 
 
 def test_the_token_page_is_for_the_owner(run: Run, bob: User, charlie: User) -> None:
-    url = reverse("experiments:run_token", args=[run.pk])
+    url = reverse("dashboard:run_token", args=[run.pk])
     assert logged_in(bob).post(url).status_code == 403
     assert logged_in(charlie).post(url).status_code == 404
     assert logged_in(bob).post(url, {"revoke": "1"}).status_code == 403
@@ -119,7 +114,7 @@ def test_the_token_page_is_for_the_owner(run: Run, bob: User, charlie: User) -> 
 # --------------------------------------------------------------------------- the URL conf
 
 PUBLIC = {"login", "healthz", "api:schema"}  # answer anonymous users (they hold no data)
-LAB_MEMBER_ACTIONS = {"experiments:experiment_clone", "experiments:sweep_create"}
+LAB_MEMBER_ACTIONS = {"dashboard:experiment_clone", "compare:sweep_create"}
 """POSTs a labmate may make on alice's objects: they create the labmate's own copy."""
 TOKEN_AUTH = {"api:ingest"}  # bearer token, no cookies: CSRF does not apply
 
@@ -263,16 +258,16 @@ def post_views(user: User, objects: dict[str, Any]) -> set[str]:
 def test_the_state_changing_views_are_all_found(charlie: User, objects: dict[str, Any]) -> None:
     found = post_views(charlie, objects)
     assert {
-        *("experiments:experiment_create", "experiments:experiment_edit"),
-        *("experiments:experiment_clone", "experiments:experiment_launch"),
-        *("experiments:experiment_delete", "experiments:run_token"),
-        *("experiments:run_cancel", "experiments:run_resubmit"),
-        *("experiments:sweep_create", "experiments:comparison_save"),
-        *("experiments:model_create", "experiments:model_edit"),
-        *("experiments:model_delete", "login", "logout", "api:ingest"),
-        *("experiments:suite_create", "experiments:suite_edit", "experiments:suite_delete"),
-        *("experiments:run_evaluate", "experiments:evaluation_cancel"),
-        *("experiments:experiment_auto_eval", "experiments:zoo_build"),
+        *("dashboard:experiment_create", "dashboard:experiment_edit"),
+        *("dashboard:experiment_clone", "dashboard:experiment_launch"),
+        *("dashboard:experiment_delete", "dashboard:run_token"),
+        *("dashboard:run_cancel", "dashboard:run_resubmit"),
+        *("compare:sweep_create", "compare:comparison_save"),
+        *("registry:model_create", "registry:model_edit"),
+        *("registry:model_delete", "login", "logout", "api:ingest"),
+        *("registry:suite_create", "registry:suite_edit", "registry:suite_delete"),
+        *("evals:run_evaluate", "evals:evaluation_cancel"),
+        *("evals:experiment_auto_eval", "registry:zoo_build"),
     } <= found
 
 
@@ -288,7 +283,7 @@ def test_outsiders_find_nothing_and_change_nothing(charlie: User, objects: dict[
     run = objects["runs"]
     for url in (reverse("compare:data"), reverse("compare:summary")):
         assert logged_in(charlie).get(f"{url}?runs={run.pk}").status_code == 404
-    page = logged_in(charlie).get(reverse("experiments:compare"), {"runs": run.pk})
+    page = logged_in(charlie).get(reverse("compare:page"), {"runs": run.pk})
     assert run.name not in page.content.decode()
     assert snapshot(objects) == before
 
@@ -301,7 +296,7 @@ def test_labmates_see_but_cannot_change(bob: User, objects: dict[str, Any]) -> N
             continue
         status = logged_in(bob).post(url, {"revoke": "1"}).status_code
         assert status in (403, 405), (name, status)
-    for name in ("experiments:experiment_edit", "experiments:model_edit"):
+    for name in ("dashboard:experiment_edit", "registry:model_edit"):
         kind = "experiments" if name.endswith("experiment_edit") else "models"
         assert logged_in(bob).get(reverse(name, args=[objects[kind].pk])).status_code == 403
     assert snapshot(objects) == before
@@ -313,14 +308,14 @@ def test_the_owner_may_change(alice: User, objects: dict[str, Any]) -> None:
     client = logged_in(alice)
     experiment, run, entry = objects["experiments"], objects["runs"], objects["models"]
     for name, args in [
-        ("experiments:run_token", [run.pk]),
-        ("experiments:run_cancel", [run.pk]),
-        ("experiments:run_resubmit", [run.pk]),
-        ("experiments:experiment_launch", [experiment.pk]),
-        ("experiments:experiment_clone", [experiment.pk]),
-        ("experiments:model_delete", [entry.pk]),
+        ("dashboard:run_token", [run.pk]),
+        ("dashboard:run_cancel", [run.pk]),
+        ("dashboard:run_resubmit", [run.pk]),
+        ("dashboard:experiment_launch", [experiment.pk]),
+        ("dashboard:experiment_clone", [experiment.pk]),
+        ("registry:model_delete", [entry.pk]),
     ]:
-        data = {"confirm": "yes"} if name == "experiments:run_cancel" else {}  # confirmed
+        data = {"confirm": "yes"} if name == "dashboard:run_cancel" else {}  # confirmed
         assert client.post(reverse(name, args=args), data).status_code == 302, name
     assert not ModelEntry.objects.exists()
     assert Run.objects.get(pk=run.pk).state == Run.State.QUEUED  # cancelled, resubmitted
@@ -373,7 +368,7 @@ def test_a_safe_next_is_followed(alice: User) -> None:
 )
 def test_saving_a_comparison_stays_on_the_compare_page(alice: User, query: str) -> None:
     response = logged_in(alice).post(
-        reverse("experiments:comparison_save"), {"name": "", "query": query}
+        reverse("compare:comparison_save"), {"name": "", "query": query}
     )
     location = response["Location"]
     assert response.status_code == 302 and location.startswith("/compare/")
@@ -454,18 +449,18 @@ def test_hostile_text_is_escaped_on_every_page(alice: User, hostile: dict[str, A
     must_show = {
         experiment.get_absolute_url(): [ESCAPED, "$(rm -rf ~)", "&#x27;; DROP TABLE x; --"],
         run.get_absolute_url(): [ESCAPED, "&lt;img src=x onerror=alert(2)&gt;"],
-        f"{reverse('experiments:compare')}?runs={run.pk}": [ESCAPED],
-        reverse("experiments:comparison_list"): [ESCAPED],
+        f"{reverse('compare:page')}?runs={run.pk}": [ESCAPED],
+        reverse("compare:comparison_list"): [ESCAPED],
         hostile["saved"].get_absolute_url(): [ESCAPED],
         hostile["sweep"].get_absolute_url(): [ESCAPED],
-        reverse("experiments:experiment_edit", args=[experiment.pk]): [ESCAPED],
+        reverse("dashboard:experiment_edit", args=[experiment.pk]): [ESCAPED],
     }
     pages = [
         reverse("dashboard:index"),
-        reverse("experiments:experiment_list"),
-        reverse("experiments:run_list"),
-        reverse("experiments:sweep_list"),
-        reverse("experiments:model_list"),
+        reverse("dashboard:experiment_list"),
+        reverse("dashboard:run_list"),
+        reverse("compare:sweep_list"),
+        reverse("registry:model_list"),
         *must_show,
     ]
     for url in pages:
@@ -480,7 +475,7 @@ def test_hostile_text_is_escaped_on_every_page(alice: User, hostile: dict[str, A
 def test_json_carries_hostile_text_as_plain_text(alice: User, hostile: dict[str, Any]) -> None:
     client = logged_in(alice)
     run = hostile["run"]
-    log = client.get(reverse("experiments:run_log", args=[run.pk]))
+    log = client.get(reverse("dashboard:run_log", args=[run.pk]))
     assert log["Content-Type"] == "application/json"
     assert log.json()["log"] == hostile["log"].read_text()
     status = client.get(reverse("api:status", args=[run.pk]))

@@ -34,13 +34,16 @@ from trainer.core.losses import (
     vtrace_truncation,
 )
 from trainer.core.objectives import (
+    OBJECTIVE_NEEDS,
     OBJECTIVES,
     Objective,
     ObjectiveInputs,
+    ObjectiveNeeds,
     ObjectiveOutput,
     ObjectiveSettings,
     TokenStat,
     grpo_loss,
+    objective_needs,
     remix_loss,
 )
 from trainer.registry import Registry, UnknownNameError
@@ -51,9 +54,11 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "OBJECTIVES",
+    "OBJECTIVE_NEEDS",
     "AuxLoss",
     "Objective",
     "ObjectiveInputs",
+    "ObjectiveNeeds",
     "ObjectiveOutput",
     "ObjectiveSettings",
     "Registry",
@@ -70,6 +75,7 @@ __all__ = [
     "kl_k3",
     "kl_to_reference",
     "mix_policy_surrogate",
+    "objective_needs",
     "remix_loss",
     "seq_mean_token_mean",
     "sft_nll_sum",

@@ -504,7 +504,7 @@ class _SelectedLogSoftmax(torch.autograd.Function):
     """:func:`token_log_probs_and_entropy`'s forward and backward (see there)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, logits: Tensor, tokens: Tensor, chunk_tokens: int, with_entropy: bool
     ) -> tuple[Tensor, Tensor]:
         dtype = _compute_dtype(logits)
@@ -526,7 +526,7 @@ class _SelectedLogSoftmax(torch.autograd.Function):
         return logp.view(tokens.shape), entropy.view(tokens.shape if with_entropy else (0,))
 
     @staticmethod
-    def backward(  # type: ignore[override]
+    def backward(
         ctx: Any, grad_logp: Tensor | None, grad_entropy: Tensor | None
     ) -> tuple[Tensor | None, None, None, None]:
         logits, index, entropy = ctx.saved_tensors

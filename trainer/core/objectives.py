@@ -4,7 +4,9 @@ An objective scores one micro-batch: from the current policy's log-probs and ent
 and the micro-batch's :class:`ObjectiveInputs`, under :class:`ObjectiveSettings`, it
 returns the loss to backpropagate and the metrics it reports (:class:`ObjectiveOutput`).
 The trainer slices the inputs, calls the objective once per micro-batch and sums what it
-reports; it knows no objective's terms or metric names. The terms a sharing regime
+reports; it knows no objective's terms or metric names. What it must score for an
+objective beyond the current log-probs (``log pi_old``, the reference's log-probs) is
+declared beside it in :data:`OBJECTIVE_NEEDS`. The terms a sharing regime
 attaches beside it (SGT's NLL on rescued successes) are
 :data:`trainer.core.losses.AUX_LOSSES`.
 
@@ -68,19 +70,20 @@ class ObjectiveInputs:
         when None): views of these tensors. ``[n]`` tensors are cut by rows only."""
         columns = slice(start, positions)
 
-        def cut(tensor: Tensor | None) -> Tensor | None:
-            if tensor is None:
-                return None
+        def cut(tensor: Tensor) -> Tensor:
             return tensor[rows] if tensor.dim() == 1 else tensor[rows, columns]
+
+        def cut_or_none(tensor: Tensor | None) -> Tensor | None:
+            return None if tensor is None else cut(tensor)
 
         return ObjectiveInputs(
             mask=self.mask[rows, columns],
-            advantages=cut(self.advantages),  # type: ignore[arg-type]
-            old_logp=cut(self.old_logp),
-            ref_logp=cut(self.ref_logp),
-            token_weights=cut(self.token_weights),
-            behaviour_logp=cut(self.behaviour_logp),
-            replayed=cut(self.replayed),
+            advantages=cut(self.advantages),
+            old_logp=cut_or_none(self.old_logp),
+            ref_logp=cut_or_none(self.ref_logp),
+            token_weights=cut_or_none(self.token_weights),
+            behaviour_logp=cut_or_none(self.behaviour_logp),
+            replayed=cut_or_none(self.replayed),
         )
 
 
@@ -148,6 +151,32 @@ class Objective(Protocol):
 OBJECTIVES: Registry[Objective] = Registry("objective")
 
 
+@dataclass(frozen=True)
+class ObjectiveNeeds:
+    """What an objective asks of the trainer besides the current log-probs, declared
+    under its name in :data:`OBJECTIVE_NEEDS` (an objective without an entry needs what
+    ``grpo`` needs)."""
+
+    old_logp: bool = False
+    """``inputs.old_logp`` always. False: only when the update makes more than one
+    optimizer step of the batch; in a single one the update's own log-probs, detached,
+    are ``log pi_old``, and ``inputs.old_logp`` is None."""
+    ref_logp: bool = False
+    """``inputs.ref_logp`` whatever ``settings.kl_coef`` is. False: only when it is > 0."""
+    extra_inputs: frozenset[str] = frozenset()
+    """The fields of :class:`ObjectiveInputs` it reads beyond ``mask``, ``advantages``,
+    ``old_logp``, ``ref_logp`` and ``token_weights``; the trainer refuses a batch whose
+    hooks give any other (it would be silently ignored)."""
+
+
+OBJECTIVE_NEEDS: Registry[ObjectiveNeeds] = Registry("objective's needs")
+
+
+def objective_needs(name: str) -> ObjectiveNeeds:
+    """The :class:`ObjectiveNeeds` of objective ``name`` (the defaults without an entry)."""
+    return OBJECTIVE_NEEDS.get(name) if name in OBJECTIVE_NEEDS else ObjectiveNeeds()
+
+
 def _regularised(
     pg_loss: Tensor,
     per_token_kl: Tensor | None,
@@ -190,6 +219,10 @@ def _actor_metrics(
         m.ENTROPY: entropy.detach(),
         m.CLIP_FRAC: clip_frac,
     }
+
+
+OBJECTIVE_NEEDS.register("grpo")(ObjectiveNeeds())
+"""``grpo`` takes ``log pi_old`` and the reference's log-probs only when it uses them."""
 
 
 @OBJECTIVES.register("grpo")
@@ -248,6 +281,15 @@ def grpo_loss(
     return ObjectiveOutput(
         loss, _actor_metrics(surrogate.loss, kl_loss, entropy_mean, surrogate.clip_frac)
     )
+
+
+OBJECTIVE_NEEDS.register("remix")(
+    ObjectiveNeeds(
+        old_logp=True, ref_logp=True, extra_inputs=frozenset({"behaviour_logp", "replayed"})
+    )
+)
+"""``remix`` needs ``log pi_k`` and the base policy's log-probs always, and reads the
+replayed samples' behaviour log-probs and flags."""
 
 
 @OBJECTIVES.register("remix")

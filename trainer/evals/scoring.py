@@ -71,6 +71,7 @@ from typing import Any
 import torch
 
 from trainer.evals.suite import ChoiceItem
+from trainer.models import max_positions
 from trainer.tasks.base import Problem
 from trainer.tasks.rewards import math_reward
 
@@ -489,17 +490,6 @@ def _device(model: Any) -> torch.device:
         return device
     parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
     return parameter.device if parameter is not None else torch.device("cpu")
-
-
-def max_positions(model: Any) -> int | None:
-    """The model's window: its config's ``max_position_embeddings`` or ``n_positions``
-    (None when it has neither); ``model`` may be the config itself."""
-    config = getattr(model, "config", model)
-    for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if isinstance(value, int):
-            return value
-    return None
 
 
 @contextmanager

@@ -5,7 +5,7 @@ A regime is a strategy with two hooks around the Shared Experience Exchange:
 1. :meth:`Regime.publish` — after its rollouts, a policy publishes typed topics (only
    what the regime needs crosses processes; the exchange rejects undeclared topics);
 2. :meth:`Regime.learn` — with the peers' publications in hand, it assembles the
-   :class:`~trainer.policy.LearnerBatch` its policy trains on, the transfer events of
+   :class:`~trainer.batch.LearnerBatch` its policy trains on, the transfer events of
    every crossing, and the regime's metrics.
 
 A regime's declaration (name, settings, metrics, event kinds, label, colour) is its
@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from trainer.batch import LearnerBatch
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
-from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.policy import Policy, Rollouts
 from trainer.spool import Event
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainer.batch import Update
+
 
 @dataclass(frozen=True)
 class RemixObjective:
@@ -38,3 +40,12 @@ class RemixObjective:
     c_bar: float
     updates_per_batch: int
     """m: passes of updates over the batch (each split into ``grpo.mini_batches``)."""
+
+    def update(self, objective: str = "remix") -> Update:
+        """The step's :class:`~trainer.batch.Update`: ``objective`` (the run config's)
+        with ``c_bar`` and ``kl_lambda`` set, ``updates_per_batch`` passes."""
+        return Update(
+            objective=objective,
+            settings={"c_bar": self.c_bar, "kl_lambda": self.kl_lambda},
+            passes=self.updates_per_batch,
+        )

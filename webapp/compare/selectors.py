@@ -6,15 +6,16 @@ pure numpy). Reading, in a few statements whatever the number of runs (PostgreSQ
 1. the series of the selected runs x policies x metrics (plus the x-axis counter),
    :func:`series_index`;
 2. the common step grid: ``lo``/``hi`` = the lowest and highest step of the selected
-   metric series (index lookups, :func:`step_range`), ``G = min(buckets, hi - lo + 1)``
+   metric series (their ``first_step``/``last_step``, which ingestion keeps:
+   :func:`step_range`), ``G = min(buckets, hi - lo + 1)``
    buckets of equal width (:func:`webapp.compare.assemble.bucket_of`);
 3. the points of those series in [lo, hi] as packed binary columns, one row per
    series (an index-only scan), which :func:`webapp.compare.assemble.buckets_of`
    buckets. A series of a finished run is read instead from its packed copy where the
-   status sync has made one (:mod:`webapp.experiments.series_packs`; about 6x faster),
+   status sync has made one (:mod:`webapp.metrics.series_packs`; about 6x faster),
    except on the wall-time axis, which needs the points' wall times. A series not
    packed yet is read from its level-0 rollup blocks' packed points up to its watermark
-   and from the points after it (:func:`webapp.experiments.series_rollups.chunk_columns`).
+   and from the points after it (:func:`webapp.metrics.series_rollups.chunk_columns`).
 
 Another database (the demo's SQLite) reads the points as rows and buckets them in
 Python (:func:`buckets_portable`, also the reference of the tests). The summary table
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection, transaction
-from django.db.models import Max, Min
+from django.db.models import Max, Min, Q
 from django.http import Http404
 
 from webapp.compare.assemble import (
@@ -50,6 +51,7 @@ from webapp.compare.assemble import (
     bucket_table,
     buckets_from_rows,
     buckets_of,
+    buckets_of_many,
     comparison_assemble,
     empty_buckets,
     groups_of,
@@ -68,14 +70,29 @@ from webapp.compare.bars import (
     per_task,
     relative,
 )
+from webapp.compare.models import SavedComparison
 from webapp.compare.significance import Significance, significance_rows, step_notes
 from webapp.compare.spec import ComparisonSpec, SpecError
 from webapp.compare.stats import RunSummary
-from webapp.experiments import series_packs, series_rollups
-from webapp.experiments.models import MetricPoint, MetricSeries, Run
-from webapp.experiments.permissions import visible_runs
+from webapp.core.permissions import lab_ids
+from webapp.metrics import retention, series_packs, series_rollups
+from webapp.metrics.models import MetricPoint, MetricSeries
+from webapp.runs.models import Run
+from webapp.runs.permissions import visible_runs
 
 # --------------------------------------------------------------------------- selection
+
+
+def saved_comparison_visible(user: AbstractBaseUser | AnonymousUser, ref: str) -> SavedComparison:
+    """The saved comparison ``ref`` names (its slug, the last part of its page's address,
+    or its id) if it is of one of ``user``'s labs; :class:`Http404` otherwise."""
+    visible = SavedComparison.objects.filter(lab_id__in=lab_ids(user)).select_related("owner")
+    saved = visible.filter(slug=ref).first()
+    if saved is None and ref.isdigit() and len(ref) < 19:
+        saved = visible.filter(pk=int(ref)).first()
+    if saved is None:
+        raise Http404("no such saved comparison")
+    return saved
 
 
 def runs_for_spec(user: AbstractBaseUser | AnonymousUser, spec: ComparisonSpec) -> list[Run]:
@@ -110,15 +127,23 @@ def _table(model: type[Any]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
+# The series' own range (MetricSeries.first_step / last_step, kept by ingestion): one
+# row a series by its primary key, no probe into the points (issue 35: two probes a
+# series, 4,000 for 50 runs x 8 metrics x 5 policies, took 28-108 ms cold). A series
+# whose range is not known (points written other than by ingestion) is probed as before;
+# the IS NULL test is a one-time filter, so a known range costs nothing there.
 _RANGE_SQL = """
-    SELECT min(lo.step), max(hi.step)
-    FROM unnest(%(ids)s::bigint[]) AS i(id)
-    CROSS JOIN LATERAL (
-        SELECT step FROM {points} WHERE series_id = i.id ORDER BY step LIMIT 1
-    ) AS lo
-    CROSS JOIN LATERAL (
-        SELECT step FROM {points} WHERE series_id = i.id ORDER BY step DESC LIMIT 1
-    ) AS hi
+    SELECT min(coalesce(s.first_step, lo.step)), max(coalesce(s.last_step, hi.step))
+    FROM {series} AS s
+    LEFT JOIN LATERAL (
+        SELECT step FROM {points}
+        WHERE s.first_step IS NULL AND series_id = s.id ORDER BY step LIMIT 1
+    ) AS lo ON true
+    LEFT JOIN LATERAL (
+        SELECT step FROM {points}
+        WHERE s.last_step IS NULL AND series_id = s.id ORDER BY step DESC LIMIT 1
+    ) AS hi ON true
+    WHERE s.id = ANY(%(ids)s::bigint[])
 """
 # Each series' points in range as packed big-endian columns (one bytea per column;
 # ``string_agg`` of ``int4send``/``float8send``), straight off the primary key's
@@ -144,15 +169,26 @@ def step_range(series_ids: Sequence[int]) -> tuple[int, int] | None:
     if not series_ids:
         return None
     if connection.vendor == "postgresql":
+        sql = _RANGE_SQL.format(series=_table(MetricSeries), points=_table(MetricPoint))
         with connection.cursor() as cursor:
-            cursor.execute(_RANGE_SQL.format(points=_table(MetricPoint)), {"ids": list(series_ids)})
+            cursor.execute(sql, {"ids": list(series_ids)})
             lo, hi = cursor.fetchone()
-    else:
-        found = MetricPoint.objects.filter(series_id__in=series_ids).aggregate(
-            lo=Min("step"), hi=Max("step")
-        )
-        lo, hi = found["lo"], found["hi"]
-    return None if lo is None else (int(lo), int(hi))
+        return None if lo is None else (int(lo), int(hi))
+    return step_range_portable(series_ids)
+
+
+def step_range_portable(series_ids: Sequence[int]) -> tuple[int, int] | None:
+    """:func:`step_range` on any database: the series' kept ranges, and the points' of
+    those whose range is not known."""
+    series = MetricSeries.objects.filter(pk__in=series_ids)
+    kept = series.aggregate(lo=Min("first_step"), hi=Max("last_step"))
+    unknown = series.filter(Q(first_step__isnull=True) | Q(last_step__isnull=True))
+    probed = MetricPoint.objects.filter(series_id__in=unknown.values("pk")).aggregate(
+        lo=Min("step"), hi=Max("step")
+    )
+    lows = [v for v in (kept["lo"], probed["lo"]) if v is not None]
+    highs = [v for v in (kept["hi"], probed["hi"]) if v is not None]
+    return (int(min(lows)), int(max(highs))) if lows and highs else None
 
 
 def buckets_postgres(
@@ -160,7 +196,7 @@ def buckets_postgres(
 ) -> dict[int, Buckets]:
     """Per series, its bucket means on the grid of ``size`` buckets over [lo, hi] (wall
     times only with ``wall``; NaN otherwise). Without wall times a series is read from
-    its pack where it has one (:mod:`webapp.experiments.series_packs`), or else from its
+    its pack where it has one (:mod:`webapp.metrics.series_packs`), or else from its
     rollups' packed blocks and the points around them; with wall times from the points,
     in one statement. Every read streams one row per series, which is bucketed while
     PostgreSQL makes the next (on two cores about half the time of reading everything,
@@ -174,7 +210,9 @@ def buckets_postgres(
         if wall:
             params = {"ids": list(series_ids), "lo": lo, "hi": hi}
             sql = _POINTS_SQL.format(points=_table(MetricPoint), wall_column=_WALL_COLUMN)
-            rows = series_packs.binary_stream(sql, params)
+            rows = itertools.chain(
+                series_packs.binary_stream(sql, params), _dropped_with_walls(rest, lo, hi)
+            )
         else:
             packed = (
                 (pk, steps, values, None)
@@ -182,12 +220,22 @@ def buckets_postgres(
             )
             rows = itertools.chain(packed, _not_packed(rest, lo, hi))
         table = bucket_table(lo, hi, size)
-        for series_id, step_bytes, value_bytes, wall_bytes in rows:
+        if not wall:  # many series at a time, each chunk as it arrives
+            found.update(_buckets_chunked(rows, rest, lo, hi, size, table))
+        for series_id, step_bytes, value_bytes, wall_bytes in rows if wall else ():
             rest.discard(series_id)
+            steps = np.frombuffer(step_bytes, dtype=">i4")
+            values = np.frombuffer(value_bytes, dtype=">f8")
             walls = None if wall_bytes is None else np.frombuffer(wall_bytes, dtype=">f8")
+            if walls is not None:
+                # by step: the bucket sums do not depend on the order the plan read the
+                # points in (a sort by series only, on a small table), and equal those of
+                # a series whose raw points were dropped (read by step from its pack)
+                order = np.argsort(steps, kind="stable")
+                steps, values, walls = steps[order], values[order], walls[order]
             found[series_id] = buckets_of(
-                np.frombuffer(step_bytes, dtype=">i4"),
-                np.frombuffer(value_bytes, dtype=">f8"),
+                steps,
+                values,
                 walls,
                 lo,
                 hi,
@@ -198,11 +246,71 @@ def buckets_postgres(
     return found
 
 
+def _dropped_with_walls(
+    rest: set[int], lo: int, hi: int
+) -> Iterator[tuple[int, bytes, bytes, bytes]]:
+    """The rows of the series in ``rest`` once the points are read (those still there
+    have no points in range, or had their raw points dropped): the dropped ones' packed
+    points in [lo, hi], each with its run's clock's wall time at its step
+    (:func:`webapp.metrics.retention.dropped_wall_columns`)."""
+    for pk, steps, values, walls in retention.dropped_wall_columns(sorted(rest), lo, hi):
+        if steps.size:
+            yield (
+                pk,
+                steps.astype(">i4").tobytes(),
+                values.astype(">f8").tobytes(),
+                walls.astype(">f8").tobytes(),
+            )
+
+
+BUCKET_CHUNK = 100
+"""Series bucketed together by :func:`webapp.compare.assemble.buckets_of_many`: enough
+that numpy's per-call overhead is spread (a comparison of 2,000 series of 1,000 points
+buckets in about half the time of one call per series), few enough that the arrays stay
+in the CPU's caches and the bucketing still overlaps PostgreSQL making the next rows."""
+
+
+def _buckets_chunked(
+    rows: Iterable[tuple[int, bytes, bytes, bytes | None]],
+    rest: set[int],
+    lo: int,
+    hi: int,
+    size: int,
+    table: np.ndarray | None,
+) -> Iterator[tuple[int, Buckets]]:
+    """(series id, buckets) of ``rows`` (no wall times), :data:`BUCKET_CHUNK` series at
+    a time. Each series leaves ``rest`` as its row arrives, before the next is asked
+    for: the rows of the series not packed are chosen from ``rest`` once the packs are
+    read."""
+    chunk: list[tuple[int, bytes, bytes, bytes | None]] = []
+    for row in itertools.chain(rows, [None]):
+        if row is not None:
+            rest.discard(row[0])
+            chunk.append(row)
+            if len(chunk) < BUCKET_CHUNK:
+                continue
+        if chunk:
+            steps, values = [r[1] for r in chunk], [r[2] for r in chunk]
+            yield from zip(
+                [r[0] for r in chunk],
+                buckets_of_many(steps, values, lo, hi, size, table=table),
+                strict=True,
+            )
+            chunk = []
+
+
 def _not_packed(rest: set[int], lo: int, hi: int) -> Iterator[tuple[int, bytes, bytes, None]]:
     """The rows of the series in ``rest`` once the packs are read (those still there
     have none: a running run's, or one that just finished): from their level-0 rollup
-    blocks' packed points up to each series' watermark, and the points around them."""
-    for pk, steps, values in series_rollups.chunk_columns(sorted(rest), lo, hi):
+    blocks' packed points up to each series' watermark, and the points around them.
+
+    The read starts at the 64-step block holding ``lo``, not at ``lo``: that block's
+    packed points come in one row where up to 63 points before the first whole block
+    would be read from the points table (at lab scale, whose steps start at 1, those
+    took a third of the read's time); the bucketing leaves out the steps before ``lo``,
+    as it does the rest of the last block after ``hi``."""
+    start = lo // series_rollups.BASE * series_rollups.BASE
+    for pk, steps, values in series_rollups.chunk_columns(sorted(rest), start, hi):
         yield pk, steps, values, None
 
 
@@ -266,11 +374,17 @@ _SUMMARY_SQL = f"""
            (array_agg(p.value ORDER BY p.step DESC) FILTER (WHERE {_FINITE}))[1],
            max(p.value) FILTER (WHERE {_FINITE}),
            min(p.value) FILTER (WHERE {_FINITE}),
-           avg(p.value) FILTER (WHERE {_FINITE})
+           avg(p.value ORDER BY p.step) FILTER (WHERE {_FINITE})
     FROM {{points}} AS p
     WHERE p.series_id = ANY(%(ids)s::bigint[])
     GROUP BY p.series_id
 """
+
+
+# The mean is summed by step (``avg ... ORDER BY``): a float sum depends on its order, and
+# a plan that sorts the rows by series only leaves each series' order to the sort; by
+# step it is one number whatever the plan, and a series whose raw points were dropped
+# (its pack read by step, :func:`_summary_as_sql`) has the same.
 
 
 def run_summaries(series_ids: Sequence[int], *, lower_is_better: bool) -> dict[int, RunSummary]:
@@ -283,13 +397,35 @@ def run_summaries(series_ids: Sequence[int], *, lower_is_better: bool) -> dict[i
             cursor.execute(
                 _SUMMARY_SQL.format(points=_table(MetricPoint)), {"ids": list(series_ids)}
             )
-            for series_id, final, high, low, mean in cursor.fetchall():
-                if final is None:
-                    continue
-                best = low if lower_is_better else high
-                found[series_id] = RunSummary(float(final), float(best), float(mean))
+            rows = cursor.fetchall()
+        for series_id, final, high, low, mean in rows:
+            if final is None:
+                continue
+            best = low if lower_is_better else high
+            found[series_id] = RunSummary(float(final), float(best), float(mean))
+        # a series without points may be one whose raw points were dropped: its pack's
+        seen = {row[0] for row in rows}
+        missing = [pk for pk in series_ids if pk not in seen]
+        for series_id, points in retention.dropped_points(missing).items():
+            summary = _summary_as_sql([value for _, value in points], lower_is_better)
+            if summary is not None:
+                found[series_id] = summary
         return found
     return run_summaries_portable(series_ids, lower_is_better=lower_is_better)
+
+
+def _summary_as_sql(values: Sequence[float], lower_is_better: bool) -> RunSummary | None:
+    """:data:`_SUMMARY_SQL`'s answer from a series' values by step: the last, highest,
+    lowest and mean finite value, the mean summed in step order as PostgreSQL's ``avg``
+    does (a running sum, then divided); None without a finite value."""
+    finite = [value for value in values if math.isfinite(value)]
+    if not finite:
+        return None
+    total = 0.0
+    for value in finite:
+        total += value
+    best = min(finite) if lower_is_better else max(finite)
+    return RunSummary(finite[-1], best, total / len(finite))
 
 
 def run_summaries_portable(
@@ -373,6 +509,7 @@ def final_values(
     }
     sql = _FINAL_SQL.format(series=_table(MetricSeries), points=_table(MetricPoint))
     found = {}
+    nothing: list[tuple[int, str, str]] = []
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         for run_id, policy, key, step, value, base in cursor.fetchall():
@@ -381,7 +518,43 @@ def final_values(
                 step=None if step is None else int(step),
                 base=math.nan if base is None else float(base),
             )
+            if step is None and base is None:
+                nothing.append((run_id, policy, key))
+    if nothing:  # some may be series whose raw points were dropped: their packs'
+        _final_values_dropped(found, nothing, at_most)
     return found
+
+
+def _final_values_dropped(
+    found: dict[tuple[int, str, str], FinalValue],
+    names: Sequence[tuple[int, str, str]],
+    at_most: int | None,
+) -> None:
+    """Fill ``found`` for those of ``names`` whose raw points were dropped, from their
+    packs, as :data:`_FINAL_SQL` reads the points."""
+    wanted = set(names)
+    series = {
+        pk: (run_id, policy, key)
+        for pk, run_id, policy, key in MetricSeries.objects.filter(
+            run_id__in={name[0] for name in names},
+            policy__in={name[1] for name in names},
+            key__in={name[2] for name in names},
+        ).values_list("id", "run_id", "policy", "key")
+        if (run_id, policy, key) in wanted
+    }
+    for pk, points in retention.dropped_points(list(series)).items():
+        last: tuple[int, float] | None = None
+        base = math.nan
+        for step, value in points:
+            if step == 0:
+                base = value
+            if math.isfinite(value) and (at_most is None or step <= at_most):
+                last = (step, value)
+        found[series[pk]] = FinalValue(
+            final=math.nan if last is None else last[1],
+            step=None if last is None else last[0],
+            base=base,
+        )
 
 
 def final_values_portable(

@@ -1,7 +1,7 @@
 """A comparison and a summary table as JSON-ready dicts (the compare endpoints' replies).
 
 Numbers are floats; non-finite ones are the strings "NaN", "Infinity", "-Infinity", as
-everywhere in the API (:func:`webapp.api.http.encode_value`). The CSV exports write the
+everywhere in the API (:func:`webapp.core.http.encode_value`). The CSV exports write the
 same values with the same spelling (:func:`number_text`), so the two always agree.
 
 Keys (``policy``, ``metric``) stay as logged; next to them go the names people read,
@@ -18,15 +18,15 @@ import numpy as np
 
 from trainer import metrics as m
 from trainer.stats import Interval, interval_decimals, p_number
-from webapp.api.http import encode_value
 from webapp.compare.assemble import Comparison, Group, Summary
 from webapp.compare.bars import VIEW_TITLES, BarChart
 from webapp.compare.significance import Significance
 from webapp.compare.stats import MeanStd
+from webapp.core.http import encode_value
 
 
 def floats(values: np.ndarray) -> np.ndarray | list[float | str | None]:
-    """A float array ready for :func:`webapp.api.http.json_reply`: the array itself when
+    """A float array ready for :func:`webapp.core.http.json_reply`: the array itself when
     every value is finite (orjson writes numpy arrays, without a Python float per value:
     a third of a 50-run comparison's encoding), else a list with the non-finite values as
     strings."""

@@ -16,13 +16,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
-
-from django.http import QueryDict
 
 from trainer import metrics as m
 from webapp.compare.grouping import EXPERIMENT, GROUP_BY_PATTERN
 from webapp.compare.stats import BANDS
+
+if TYPE_CHECKING:  # a QueryDict's reading methods only: no Django at run time
+    from django.http import QueryDict
 
 X_AXES = ("step", "rollouts", "tokens", "wall_time")
 DEFAULT_METRICS = (m.VAL_REWARD_AT_1, m.TRAIN_REWARD_MEAN)

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
+from scipy.signal import lfilter
 
 from trainer.stats import t_critical
 
@@ -47,25 +48,30 @@ def ema(values: np.ndarray | Sequence[float], weight: float) -> np.ndarray:
     its own position, exactly as TensorBoard's scalar dashboard does; ``k`` counts
     finite values only, so a curve that starts late is debiased from its first value.
     ``weight`` 0 returns a copy of ``values``.
+
+    The recursion runs in scipy's ``lfilter`` (compiled; the same two products and one
+    sum per value as the plain loop, so the same bits) over each row's finite values
+    moved to its front; a row's padding after them changes none of their outputs.
+    A comparison of 400 curves on 1,000 buckets: 37 -> about 10 ms (issue 35).
     """
     y = np.array(values, dtype=float, copy=True)
     if not 0.0 <= weight < 1.0:
         raise ValueError(f"weight must be in [0, 1), not {weight}")
     if weight == 0.0 or y.size == 0:
         return y
-    out = y.copy()
-    state = np.zeros(y.shape[:-1])
-    count = np.zeros(y.shape[:-1])
-    for t in range(y.shape[-1]):
-        column = y[..., t]
-        finite = np.isfinite(column)
-        state = np.where(
-            finite, weight * state + (1.0 - weight) * np.where(finite, column, 0.0), state
-        )
-        count = count + finite
-        debias = 1.0 - weight ** np.maximum(count, 1.0)
-        out[..., t] = np.where(finite, state / debias, column)
-    return out
+    rows = y.reshape(-1, y.shape[-1])
+    debias = 1.0 - weight ** np.arange(1, rows.shape[-1] + 1, dtype=float)
+    finite = np.isfinite(rows)
+    if finite.all():  # a comparison's usual grid: every run has every bucket
+        rows[:] = lfilter([1.0 - weight], [1.0, -weight], rows, axis=-1) / debias
+        return y
+    rank = np.cumsum(finite, axis=-1) - 1  # a finite value's place among its row's
+    r, c = np.nonzero(finite)
+    packed = np.zeros_like(rows)
+    packed[r, rank[r, c]] = rows[r, c]
+    smoothed = lfilter([1.0 - weight], [1.0, -weight], packed, axis=-1) / debias
+    rows[r, c] = smoothed[r, rank[r, c]]
+    return y
 
 
 class Band(NamedTuple):

@@ -14,6 +14,8 @@ parameter 400 JSON ``{"error": message}`` naming it.
   the figure, the plotted data, or the figure bundle (its tables: one per metric of the
   spec; ``lower_is_better=1`` applies to all of them).
 - ``GET /compare/table.<csv|tex>?<spec>&table_metric=M`` (``compare:table``).
+- ``GET /api/v1/compare/saved/<slug or id>`` (``compare:saved_data``): a saved
+  comparison's curves, as its page draws them on opening (:func:`saved_data`).
 - ``GET /api/v1/compare/bars?<spec>&view=tasks|relative&suite=S&score=accuracy|acc_norm
   &baseline=G`` (``compare:bars``): a bar view (:mod:`webapp.compare.bars`,
   :func:`webapp.compare.serialize.bars_json`); the relative view's metrics are the
@@ -41,17 +43,19 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from webapp.api.http import allow_methods, json_error, json_reply, login_required_json
 from webapp.compare import bars_export, export, significance_export
 from webapp.compare.bars import BarOptions
+from webapp.compare.page_spec import page_spec
+from webapp.compare.selection import SelectionError, select_runs
 from webapp.compare.selectors import (
     bars_build,
     comparison_build,
     runs_for_spec,
+    saved_comparison_visible,
     significance_build,
     summary_build,
 )
@@ -63,6 +67,7 @@ from webapp.compare.spec import (
     SpecError,
     bool_param,
 )
+from webapp.core.http import allow_methods, json_error, json_reply, login_required_json
 
 View = Callable[..., HttpResponse]
 EXPORT_FORMATS = ("pdf", "svg", "png", "csv", "zip")
@@ -163,6 +168,51 @@ def bars(request: HttpRequest) -> HttpResponse:
             significance_json(significance_build(spec=spec, runs=runs, options=options))
         )
     return json_reply(bars_json(bars_build(spec=spec, runs=runs, options=options)))
+
+
+@never_cache
+@allow_methods("GET")
+@login_required_json
+@spec_errors
+def saved_data(request: HttpRequest, ref: str) -> HttpResponse:
+    """A saved comparison's curves as its page draws them when opened (the selection
+    resolved now, the view settings as the page's form reads them:
+    :mod:`webapp.compare.page_spec`): ``{"saved": {"id", "slug", "name", "owner",
+    "query", "page"}, "selection": {"description", "runs", "truncated"}, "comparison":
+    {...as /api/v1/compare}}``; 404 for a comparison outside the user's labs or one
+    that selects no run the user may see."""
+    try:
+        saved = saved_comparison_visible(request.user, ref)
+    except Http404:
+        return json_error("no such saved comparison", 404)
+    params = QueryDict(saved.query)
+    try:
+        selection = select_runs(request.user, params)
+    except SelectionError as error:
+        return json_error(str(error), 400)
+    if not selection.runs:
+        missing = selection.missing_text
+        return json_error(missing or f"No run matches ({selection.description}).", 404)
+    spec = page_spec(params, selection.runs)
+    comparison = comparison_build(spec=spec, runs=runs_for_spec(request.user, spec))
+    return json_reply(
+        {
+            "saved": {
+                "id": saved.pk,
+                "slug": saved.slug,
+                "name": saved.name,
+                "owner": saved.owner.get_username(),
+                "query": saved.query,
+                "page": request.build_absolute_uri(saved.get_absolute_url()),
+            },
+            "selection": {
+                "description": selection.description,
+                "runs": [run.pk for run in selection.runs],
+                "truncated": selection.truncated,
+            },
+            "comparison": comparison_json(comparison),
+        }
+    )
 
 
 # --------------------------------------------------------------------------- files

@@ -1,9 +1,10 @@
-"""The login form."""
+"""The login form and the personal token form."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.validators import MaxLengthValidator
 
@@ -17,3 +18,13 @@ class LoginForm(AuthenticationForm):
         super().__init__(*args, **kwargs)
         username = self.fields["username"]
         username.validators.append(MaxLengthValidator(username.max_length))
+
+
+class PersonalTokenForm(forms.Form):
+    """A new personal read token: its name."""
+
+    name = forms.CharField(
+        max_length=64,
+        strip=True,
+        help_text="What it is for, e.g. 'laptop notebook'; it reads what you may read.",
+    )

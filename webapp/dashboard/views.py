@@ -8,7 +8,7 @@ from django.shortcuts import render
 
 from webapp.core.demo_status import demo_status
 from webapp.core.selectors import heartbeat_latest, service_is_online
-from webapp.experiments.permissions import visible_experiments, visible_runs
+from webapp.runs.permissions import visible_experiments, visible_runs
 
 
 @login_required

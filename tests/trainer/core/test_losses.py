@@ -1,5 +1,5 @@
 """The loss terms and the GRPO objective against hand-computed numbers (SPEC 3, 4.3),
-plus invariances. ReMix's terms and objective: tests/trainer/test_remix.py."""
+plus invariances. ReMix's terms and objective: tests/trainer/remix/test_remix.py."""
 
 from __future__ import annotations
 

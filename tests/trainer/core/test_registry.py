@@ -11,12 +11,15 @@ from trainer.core import (
     AUX_LOSSES,
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
+    OBJECTIVE_NEEDS,
     OBJECTIVES,
+    ObjectiveNeeds,
     Registry,
     UnknownNameError,
     grpo_advantages,
     grpo_loss,
     kl_k3,
+    objective_needs,
     remix_loss,
     sft_nll_sum,
 )
@@ -83,3 +86,20 @@ def test_every_name_the_config_accepts_is_registered() -> None:
     assert set(config.ADVANTAGE_ESTIMATORS) <= set(ADVANTAGE_ESTIMATORS.names())
     assert set(config.LOSS_AGGREGATIONS) <= set(LOSS_AGGREGATIONS.names())
     assert set(config.KL_ESTIMATORS) <= set(KL_ESTIMATORS.names())
+    assert set(config.OBJECTIVES) <= set(OBJECTIVES.names())
+    assert set(config.OFF_POLICY_OBJECTIVES) == set(config.OFF_POLICY)
+    assert set(config.OFF_POLICY_OBJECTIVES.values()) <= set(config.OBJECTIVES)
+
+
+def test_every_objective_declares_what_it_needs_of_the_trainer() -> None:
+    assert OBJECTIVE_NEEDS.names() == OBJECTIVES.names()
+    assert objective_needs("grpo") == ObjectiveNeeds()
+    remix = objective_needs("remix")
+    assert remix.old_logp and remix.ref_logp
+    assert remix.extra_inputs == {"behaviour_logp", "replayed"}
+    # What the objectives read beyond the common inputs are fields of ObjectiveInputs.
+    from trainer.core import ObjectiveInputs
+
+    assert remix.extra_inputs <= set(ObjectiveInputs.__dataclass_fields__)
+    # An objective registered without needs gets the defaults (what grpo needs).
+    assert objective_needs("not-registered") == ObjectiveNeeds()

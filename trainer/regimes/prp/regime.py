@@ -10,10 +10,11 @@ probability moved onto m's tokens by THL's trace path. ``prp.is_correction = fal
 gives naive pooling (``w_t = 1``), the paper's ablation.
 
 The learner runs no forward for the weights: the batch carries each peer token's ``mu``
-(:attr:`LearnerBatch.is_behaviour_logp`) and the update weighs the token with the
-``pi_old_m`` it has in hand (in a single pass its own forward's detached log-probs),
-writing the weights into the batch, from which the step's events and metrics are read
-after the update. Read before it, they weigh the tokens then, with one forward.
+in its hook :class:`~trainer.regimes.prp.weights.ImportanceWeights`, with which the update
+weighs the token with the ``pi_old_m`` it has in hand (in a single pass its own forward's
+detached log-probs), writing the weights into the batch, from which the step's events and
+metrics are read after the update. Read before it, they weigh the tokens then, with one
+forward.
 
 What crosses: per rollout its token ids, behaviour log-probs and reward (the learner
 loads the source's tokenizer to decode them).
@@ -29,7 +30,6 @@ the prompt.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,11 +40,12 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from trainer import metrics as m
+from trainer.batch import LearnerBatch
 from trainer.config import RunConfig
 from trainer.core import grpo_advantages_from_groups
 from trainer.exchange import StepRecord
 from trainer.models import load_tokenizer
-from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.policy import Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
 from trainer.regimes.prp import (
     IS_WEIGHT_CLIPPED_FRAC,
@@ -55,6 +56,7 @@ from trainer.regimes.prp import (
     PRPConfig,
 )
 from trainer.regimes.prp.answer import answer_digit_positions
+from trainer.regimes.prp.weights import ImportanceWeights, truncated_is_weights
 from trainer.spool import Sample, make_event, make_sample
 from trainer.thl import align_response_logprobs
 
@@ -92,24 +94,12 @@ class PeerSample:
     """Where ``response_ids`` hold the answer's digits (:func:`answer_digit_positions`)."""
 
 
-def truncated_is_weights(
-    learner_logp: list[float], behaviour_logp: list[float], c_bar: float, correction: bool
-) -> list[float]:
-    """``w_t = min(pi_old_m(t) / mu_peer(t), c_bar)`` per token, or 1 without correction."""
-    if not correction:
-        return [1.0] * len(learner_logp)
-    return [
-        min(math.exp(min(old - mu, 50.0)), c_bar)
-        for old, mu in zip(learner_logp, behaviour_logp, strict=True)
-    ]
-
-
 class _WeightedStep(RegimeStep):
     """PRP's step, whose events and metrics report the peer tokens' importance weights.
 
     With the correction, the update computes those weights from the log-probs of its own
-    forward and writes them into the batch (:attr:`LearnerBatch.is_behaviour_logp`), so
-    the learner runs no forward of its own for them. Read after the update (as a run
+    forward (the batch's hook :class:`ImportanceWeights`) and writes them into the batch,
+    so the learner runs no forward of its own for them. Read after the update (as a run
     does), the events and metrics cost nothing more; read before it, or with no update,
     they weigh the peer tokens then, with one forward of the policy as it is, and hand
     those weights (and old log-probs) to the update, as before.
@@ -128,7 +118,8 @@ class _WeightedStep(RegimeStep):
 
     def _reported_now(self) -> tuple[list[dict[str, Any]], dict[str, float]]:
         if self._reported is None:
-            if self.batch.deferred_weights:
+            weights = self.batch.hook(ImportanceWeights)
+            if weights is not None and weights.pending(self.batch):
                 self._score()
             self._reported = self._report()
         return self._reported
@@ -200,10 +191,13 @@ class PRP(Regime):
             # log-probs of its own forward (no forward of their own); without, they are 1.
             token_weights=[None] * len(own)
             + [None if correction else [1.0] * len(s.response_ids) for s in samples],
-            is_behaviour_logp=[None] * len(own) + [s.behaviour_logp for s in samples]
+            hooks=[
+                ImportanceWeights(
+                    [None] * len(own) + [s.behaviour_logp for s in samples], self.settings.c_bar
+                )
+            ]
             if correction
             else [],
-            is_c_bar=self.settings.c_bar,
         )
         skills = [problem.skill for problem in rollouts.problems]
 

@@ -61,9 +61,10 @@ from typing import Any
 
 import torch
 
+from trainer.batch import AuxTerm, LearnerBatch
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
-from trainer.policy import AuxTerm, LearnerBatch, Policy, Rollouts
+from trainer.policy import Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
 from trainer.regimes.sequential_sft import (
     BUFFER_SIZE,

@@ -8,7 +8,7 @@ into m's tokenizer by THL's text path (:func:`trainer.thl.encode_text`: a litera
 ``</s>`` in the text stays text; m's EOS is appended only when the peer's response ended
 with its EOS, not when it was cut off at ``max_new_tokens``), after m's own
 chat-formatted prompt, and trained with an auxiliary token-mean NLL:
-``L_m = L_GRPO + lambda_sgt * L_NLL(rescued)``, an :class:`~trainer.policy.AuxTerm` on the
+``L_m = L_GRPO + lambda_sgt * L_NLL(rescued)``, an :class:`~trainer.batch.AuxTerm` on the
 learner batch (loss ``nll``: :func:`trainer.core.sft_nll_sum`; its value is ``sgt/nll``).
 With an empty rescue set the batch is exactly GRPO's. Only success texts (and whether
 each ended with EOS) cross, and only for prompts a policy solved. ``thl/unk_frac`` and
@@ -24,9 +24,10 @@ from typing import Any, Protocol
 from transformers import PreTrainedTokenizerBase
 
 from trainer import metrics as m
+from trainer.batch import AuxTerm, LearnerBatch
 from trainer.config import RunConfig
 from trainer.exchange import StepRecord
-from trainer.policy import AuxTerm, LearnerBatch, Policy, Rollouts
+from trainer.policy import Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
 from trainer.regimes.sgt import NLL, RESCUE_RATE, RESCUE_SET_SIZE, SUCCESS_EVENT, SGTConfig
 from trainer.spool import Event, Sample, make_event, make_sample

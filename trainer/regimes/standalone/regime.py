@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from trainer.batch import LearnerBatch
 from trainer.exchange import StepRecord
-from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.policy import Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
 
 

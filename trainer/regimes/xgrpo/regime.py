@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
+from trainer.batch import LearnerBatch
 from trainer.exchange import StepRecord
-from trainer.policy import LearnerBatch, Policy, Rollouts
+from trainer.policy import Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
 from trainer.regimes.xgrpo import ADVANTAGE_STATS_EVENT, BASELINE_SHIFT, POOLED_STD, XGRPOConfig
 from trainer.spool import make_event

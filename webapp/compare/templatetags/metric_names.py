@@ -24,5 +24,5 @@ def policy_label(name: str) -> str:
 @register.simple_tag
 def list_metric_key() -> str:
     """The key of the runs list's and sweep page's Final / Best columns
-    (:func:`webapp.experiments.selectors.reward_columns`): ``val/reward@1``."""
+    (:func:`webapp.metrics.run_columns.reward_columns`): ``val/reward@1``."""
     return m.VAL_REWARD_AT_1

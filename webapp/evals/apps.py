@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class EvalsConfig(AppConfig):
+    name = "webapp.evals"
+    label = "evals"
+    verbose_name = "Evaluations"
