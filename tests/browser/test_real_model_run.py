@@ -5,10 +5,10 @@ the run goes, the run completes, and the transfer log shows a peer success as th
 receiving policy trained on it: retokenized into its own tokenizer by THL.
 
 A real Celery worker (Redis) submits the run to the local backend; the trainer ships its
-metrics and transfers to the live server. The schedule is tiny (3 steps of 4 one-digit
-additions, G=4, 16 new tokens; SmolLM2 in bfloat16 with its prompt's KV prefix reused), so
+metrics and transfers to the live server. The schedule is tiny (2 steps of 4 one-digit
+additions, G=4, 16 new tokens; SmolLM2 in float32 with its prompt's KV prefix reused), so
 the run takes about a minute on two busy cores. A transfer is all but certain: SmolLM2,
-shown 2 worked examples, solves some of the 12 prompts where the tiny model, which never
+shown 2 worked examples, solves some of the 8 prompts where the tiny model, which never
 saw a few-shot chat, fails all 4 samples (with seed 0 it rescues one at every step).
 
 Skipped, with the command that builds it, when the SmolLM2 entry is not in the test zoo.
@@ -47,7 +47,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.browser, pytest.mark.integrati
 ZOO_ID = "smollm2-135m-instruct"
 POLICIES = {"smollm2": ZOO_ID, "qwen": "tiny-qwen-bpe"}  # name -> zoo id, in pool order
 SYSTEM_PROMPT = "You are a careful calculator.\nAnswer with the result in \\boxed{}."
-STEPS = 3
+STEPS = 2
 FEW_SHOT = 2
 """Two worked examples: with the system prompt, tiny-qwen-bpe's longest prompt is 103 of
 its 128 positions, leaving room for the 16 new tokens (three would not fit: the
@@ -134,7 +134,9 @@ def _compose(page: Page) -> None:
         page.fill(f"[name=pool-{index}-model]", f"zoo:{zoo_id}")
         page.fill(f"[name=pool-{index}-group_size]", str(G))
         page.fill(f"[name=pool-{index}-max_new_tokens]", str(NEW_TOKENS))
-    page.select_option("[name=pool-0-dtype]", "bfloat16")
+    # float32, not bfloat16: without native bfloat16 (CI's AVX2 CPUs) a SmolLM2 step's
+    # backward is 23x slower in bfloat16 and the run outlasts the test.
+    page.select_option("[name=pool-0-dtype]", "float32")
     page.check("[name=pool-0-rollout_prefix_reuse]")
     page.fill("[name=task-levels]", "1")
     page.fill("[name=task-val_size]", "2")
@@ -199,9 +201,10 @@ def test_a_smollm2_sgt_run_composed_and_launched_in_the_browser(
     expect(panel.locator("[data-testid=size-row][data-policy=smollm2]")).to_contain_text(
         "2.51 GiB (134515008 parameters, CPU memory)"
     )
-    # 3 steps x 512 tokens at 20 s per 512 tokens; the tiny run would have made it 31 s.
+    # 2 steps x 512 tokens at 20 s per 512 tokens; with the tiny run's rate mixed in it
+    # would have said 20 s.
     expect(panel.get_by_test_id("size-wall-time")).to_have_text(
-        "about 1 min (from the step rate of 1 recent completed run on this backend, "
+        "about 40 s (from the step rate of 1 recent completed run on this backend, "
         "scaled by tokens per step)"
     )
     expect(panel.get_by_test_id("size-warnings")).to_have_count(0)
@@ -241,11 +244,11 @@ def test_a_smollm2_sgt_run_composed_and_launched_in_the_browser(
     assert all(re.fullmatch(r"\d+", tick) for tick in live["xticks"]), live
     assert re.match(rf"step \d/{STEPS}", live["progress"]), live
 
-    # Done: every step of both policies and the pool mean, drawn as lines over steps 1-3.
+    # Done: every step of both policies and the pool mean, drawn as lines over steps 1-2.
     chart = page.get_by_test_id(f"chart-{REWARD}")
     expect(chart).to_have_attribute("data-points", str(3 * STEPS), timeout=10_000)
     chart.scroll_into_view_if_needed()
-    expect(chart.locator(".xtick text")).to_have_text(["1", "2", "3"])
+    expect(chart.locator(".xtick text")).to_have_text(["1", "2"])
     expect(chart.locator(".legendtext")).to_have_text(["smollm2", "qwen", "pool mean"])
     drawn = page.evaluate(DRAWN, REWARD)
     # (Plotly leaves the middle points of a straight line out of its path.)

@@ -189,6 +189,30 @@ def test_bfloat16_on_the_cpu_says_whether_the_cpu_has_it_natively(
     assert "native AMX" in messages[1]
 
 
+@pytest.mark.parametrize(
+    ("capability", "says"),
+    [("AVX2", "a backward pass measured 23x slower"), ("AVX512", "steps gain less")],
+)
+def test_bfloat16_without_native_support_says_what_this_cpu_costs(
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    capability: str,
+    says: str,
+) -> None:
+    """An AVX2-only CPU converts bfloat16 so slowly (backward 23x float32's on SmolLM2)
+    that the log says so, instead of the AVX-512 case's milder "gain less"."""
+    import torch
+
+    from trainer import policy
+
+    monkeypatch.setattr(policy, "cpu_bf16_support", lambda: None)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    with caplog.at_level("WARNING", logger="trainer.policy"):
+        policy._compute_dtype("bfloat16", torch.device("cpu"))
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert says in message and f"CPU capability: {capability}" in message
+
+
 def test_the_form_offers_every_dtype_with_the_cpu_advice() -> None:
     from dataclasses import fields
 
