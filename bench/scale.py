@@ -1,7 +1,7 @@
 """The dashboard at lab scale: 500 runs, 20 users, 50 million metric points.
 
     PYTHONPATH=. DATABASE_URL=postgres://postgres@127.0.0.1:5432/mrl_bench_scale \\
-        .venv/bin/python bench/scale.py [--reps 20] [--reuse]
+        .venv/bin/python bench/scale.py [--reps 20] [--reuse] [--runs 500]
 
 Drops and recreates the database named in ``DATABASE_URL`` (its name must contain
 "bench"), migrates it and builds a lab through the real services: 20 users in one lab
@@ -11,7 +11,9 @@ running, failed or cancelled, with tags. Then, directly in SQL, each run gets 10
 (4 policies and ``_pool`` x 20 metric keys) of 1,000 steps = 100,000 points, written in
 the order ingestion writes them (step by step, every series of the run at each step;
 runs one after another), and the sharing runs get 2 transfer events per step. In all
-50,000,000 points; ``VACUUM ANALYZE`` afterwards, as autovacuum would.
+50,000,000 points; ``VACUUM ANALYZE`` afterwards, as autovacuum would. ``--runs N`` (a
+multiple of 5) builds N / 5 experiments instead of 100: ``--runs 2000`` is four times the
+lab, 200,000,000 points (issue 35); the summary gives the fill rate.
 
 Two connections write the points at once, each run after run, as concurrent runs
 ingest. ``--reuse`` keeps a database that an earlier run of this script filled (checked
@@ -99,6 +101,12 @@ KEYS = (
 SERIES_PER_RUN = (len(POLICIES) + 1) * len(KEYS)
 POINTS = EXPERIMENTS * SEEDS * SERIES_PER_RUN * STEPS
 
+
+def lab_points(runs: int = EXPERIMENTS * SEEDS) -> int:
+    """The points a lab of ``runs`` runs holds (:data:`POINTS` for the default 500)."""
+    return runs * SERIES_PER_RUN * STEPS
+
+
 # One run's points in ingestion order: at each step, every series of the run.
 FILL_RUN_SQL = """
     INSERT INTO experiments_metricpoint (series_id, step, value, wall_time)
@@ -137,9 +145,10 @@ FILL_EVENTS_SQL = """
 """
 
 
-def build_lab(steps: int = STEPS) -> list[int]:
+def build_lab(steps: int = STEPS, experiments: int = EXPERIMENTS) -> list[int]:
     """Users, experiments and runs through the services; run ids. ``steps``: each run's
-    length (bench/vs_mlflow.py's ``--lab-reads`` builds shorter labs)."""
+    length (bench/vs_mlflow.py's ``--lab-reads`` builds shorter labs); ``experiments`` of
+    :data:`SEEDS` runs each."""
     import django
 
     django.setup()
@@ -156,7 +165,7 @@ def build_lab(steps: int = STEPS) -> list[int]:
         users.append(user)
     tags = [Tag.objects.create(lab=lab, name=name) for name in ("baseline", "paper", "ablation")]
     run_ids: list[int] = []
-    for index in range(EXPERIMENTS):
+    for index in range(experiments):
         regime = REGIMES[index % len(REGIMES)]
         config: dict[str, Any] = {
             "name": f"{regime}-pool{index:03d}",
@@ -191,10 +200,11 @@ def build_lab(steps: int = STEPS) -> list[int]:
     return run_ids
 
 
-def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS, steps: int = STEPS) -> None:
+def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS, steps: int = STEPS) -> float:
     """Series, points and transfer events, in SQL. ``writers`` connections write points
     at once, each run by run in ingestion order, as concurrent runs ingest (their pages
-    interleave in the heap as they would); ``steps`` points a series."""
+    interleave in the heap as they would); ``steps`` points a series. The seconds the
+    points took to write (before the step ranges, events and ``VACUUM ANALYZE``)."""
     started = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
@@ -225,6 +235,7 @@ def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS, steps: int =
         shares = [run_ids[index::writers] for index in range(writers)]
         for future in [pool.submit(write, share, 0.1 * (1 + i)) for i, share in enumerate(shares)]:
             future.result()
+    points_seconds = time.perf_counter() - started
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(FILL_STEP_RANGES_SQL)
         conn.execute(FILL_EVENTS_SQL, {"steps": steps, "policies": list(POLICIES)})
@@ -232,6 +243,7 @@ def fill(url: str, run_ids: list[int], writers: int = FILL_WRITERS, steps: int =
         for table in ("metricpoint", "metricseries", "transferevent", "run"):
             conn.execute(f"VACUUM ANALYZE experiments_{table}")
     print(f"ready after {time.perf_counter() - started:.0f} s", flush=True)
+    return points_seconds
 
 
 def packs_forget(url: str) -> None:
@@ -250,14 +262,14 @@ def rollups_forget(url: str) -> None:
         )
 
 
-def sweep_timed(url: str) -> tuple[int, int, float]:
-    """Forget every pack, then pack every finished run as the status sync's sweep does;
-    (runs, series, seconds)."""
+def sweep_timed(url: str, max_runs: int) -> tuple[int, int, float]:
+    """Forget every pack, then pack every finished run (of at most ``max_runs``) as the
+    status sync's sweep does; (runs, series, seconds)."""
     from webapp.metrics import series_packs
 
     packs_forget(url)
     started = time.perf_counter()
-    runs, series = series_packs.packs_sweep(max_runs=EXPERIMENTS * SEEDS)
+    runs, series = series_packs.packs_sweep(max_runs=max_runs)
     return runs, series, time.perf_counter() - started
 
 
@@ -382,10 +394,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20, help="requests per page after a warm-up")
     parser.add_argument("--reuse", action="store_true", help="keep a database already filled")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=EXPERIMENTS * SEEDS,
+        help=f"runs in the lab, a multiple of {SEEDS} (2000: four times the lab, 200M points)",
+    )
     args = parser.parse_args()
+    if args.runs < SEEDS or args.runs % SEEDS:
+        parser.error(f"--runs must be a positive multiple of {SEEDS}; got {args.runs}")
+    expected_points = lab_points(args.runs)
 
     url = database_url()
-    if args.reuse and point_count(url) == POINTS:
+    fill_seconds: float | None = None
+    if args.reuse and point_count(url) == expected_points:
         from bench.ingest import app_environment
 
         env = app_environment("scale")
@@ -396,12 +418,12 @@ def main() -> None:
         import django
 
         django.setup()
-        print(f"reusing {POINTS:,} points", flush=True)
+        print(f"reusing {expected_points:,} points", flush=True)
         packs_forget(url)  # the first comparisons are measured without packs
         rollups_forget(url)  # ... and without rollups
     else:
         env = fresh_app_database("scale")
-        fill(url, build_lab())
+        fill_seconds = fill(url, build_lab(experiments=args.runs // SEEDS))
     from webapp.runs.models import Experiment, Run
 
     run_ids = list(Run.objects.values_list("pk", flat=True))
@@ -424,7 +446,7 @@ def main() -> None:
             if index == len(unpacked):  # the beat's rollup sweep, over the runs' lives
                 rollup_sweep(run_ids, STEPS - 1, ROLLUP_TAIL)
             if index == len(unpacked) + len(rolled):  # the packing sweep, from no packs
-                swept_runs, swept_series, sweep_seconds = sweep_timed(url)
+                swept_runs, swept_series, sweep_seconds = sweep_timed(url, len(run_ids))
             times, size = timed(session, base, make, args.reps)
             p50, p95 = percentile(times, 0.5) * 1000, percentile(times, 0.95) * 1000
             rows.append((label, p50, p95, size))
@@ -460,6 +482,11 @@ def main() -> None:
         f"({pack_bytes / 2**20:.0f} MiB); rollup blocks: {rollups:,} "
         f"({rollup_bytes / 2**20:.0f} MiB, {rollup_bytes / points:.1f} bytes a point)"
     )
+    if fill_seconds is not None:
+        print(
+            f"Fill: {points:,} points written in {fill_seconds:,.0f} s by {FILL_WRITERS} "
+            f"connections = {points / fill_seconds:,.0f} points/s"
+        )
     print(
         f"The sync's packing sweep over every finished run, from no packs: {swept_runs} runs, "
         f"{swept_series:,} series in {sweep_seconds:.1f} s "

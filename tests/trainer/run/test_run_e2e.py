@@ -207,3 +207,33 @@ def test_a_pool_larger_than_the_torchrun_world_is_refused(zoo_dir: Path, tmp_pat
     )  # fmt: skip
     assert result.returncode == 2
     assert "started 3 processes but the pool has 2 policies" in result.stderr
+
+
+# A CPU run forks its workers (issue 35): they share the launcher's imports of torch and
+# transformers instead of importing them afresh, and train exactly as spawned ones do.
+SPAWNING_TRAINER = (
+    "import sys, trainer.run as run; run.worker_start_method = lambda env: 'spawn'; "
+    "from trainer.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_forked_workers_train_exactly_as_spawned_ones(zoo_dir: Path, tmp_path: Path) -> None:
+    from trainer.run import worker_start_method
+
+    assert worker_start_method({}) == "fork"  # no device plan: every worker on the CPU
+    assert worker_start_method({"MRL_DEVICES_BY_RANK": "cuda:0;cuda:1"}) == "spawn"
+    config = _config(tmp_path, steps=2, val_every=2, checkpoint_every=2)
+    forked = _trainer(zoo_dir, "run", "--config", config, "--run-dir", tmp_path / "forked")
+    assert forked.returncode == 0, forked.stderr[-3000:]
+    spawned = subprocess.run(
+        [sys.executable, "-c", SPAWNING_TRAINER, "run", "--config", str(config),
+         "--run-dir", str(tmp_path / "spawned")],
+        cwd=REPO, env={**os.environ, "MRL_ZOO_DIR": str(zoo_dir)},
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert spawned.returncode == 0, spawned.stderr[-3000:]
+    a, b = _series(tmp_path / "forked"), _series(tmp_path / "spawned")
+    assert a == b and len(a) > 20
+    # Each forked worker logs under its own rank, not the launcher's format.
+    for rank in (0, 1):
+        assert f"[rank {rank}] INFO" in forked.stderr
