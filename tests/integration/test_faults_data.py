@@ -420,16 +420,19 @@ def test_a_run_ending_while_the_app_is_down_keeps_its_metrics_for_the_resume(
 
 
 def trainer_workers(job_pgid: int) -> list[int]:
-    """The job's policy workers: the processes the trainer spawned (multiprocessing)."""
-    workers = []
+    """The job's policy workers: the trainer processes whose parent is the trainer too
+    (the launcher forks them on the CPU, so they share its command line)."""
+    trainers: dict[int, int] = {}  # pid -> parent pid
     for pid in group_members(job_pgid):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            # /proc/PID/stat: "pid (comm) state ppid ...", comm may hold spaces.
+            stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        if any(b"spawn_main" in part for part in cmdline):
-            workers.append(pid)
-    return workers
+        if b"trainer" in cmdline and b"run" in cmdline:
+            trainers[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+    return [pid for pid, parent in trainers.items() if parent in trainers]
 
 
 def holds_the_spool(pid: int, run_dir: Path) -> bool:
