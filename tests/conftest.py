@@ -69,7 +69,9 @@ def zoo_dir() -> Path:
     """The built tiny zoo (all policies, seed 0).
 
     Lives in ``$MRL_ZOO_DIR`` if set, else ``<repo>/var/test/zoo``; the build cache makes
-    every session after the first reuse it (the first build takes about a minute).
+    every session after the first reuse it. `make test` (scripts/test) builds it, with the
+    complementary and gap recipes, before the suite starts; a pytest run of a few files
+    builds what it needs on first use (about a minute).
     """
     configured = os.environ.get("MRL_ZOO_DIR")
     root = Path(configured).expanduser() if configured else REPO / "var" / "test" / "zoo"

@@ -158,7 +158,7 @@ def test_a_run_ships_its_spool_to_the_ingestion_api(
     zoo_dir: Path, tmp_path: Path, ingest: Ingest
 ) -> None:
     ingest.state.script.extend([503, 503])  # the web app is briefly unavailable
-    config = _config(tmp_path, steps=2, val_every=2, checkpoint_every=2)
+    config = _config(tmp_path, steps=1, val_every=1, checkpoint_every=1)
     run_dir = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "-m", "trainer", "run", "--config", str(config), "--run-dir",
@@ -222,7 +222,7 @@ def test_forked_workers_train_exactly_as_spawned_ones(zoo_dir: Path, tmp_path: P
 
     assert worker_start_method({}) == "fork"  # no device plan: every worker on the CPU
     assert worker_start_method({"MRL_DEVICES_BY_RANK": "cuda:0;cuda:1"}) == "spawn"
-    config = _config(tmp_path, steps=2, val_every=2, checkpoint_every=2)
+    config = _config(tmp_path, steps=1, val_every=1, checkpoint_every=1)
     forked = _trainer(zoo_dir, "run", "--config", config, "--run-dir", tmp_path / "forked")
     assert forked.returncode == 0, forked.stderr[-3000:]
     spawned = subprocess.run(

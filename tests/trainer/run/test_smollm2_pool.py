@@ -60,7 +60,13 @@ from trainer.thl.text import text_mismatch_fraction
 from trainer.zoo import SMOLLM2_IDS
 
 # Two real-model runs in the first test's setup: minutes on a busy two-core machine.
-pytestmark = [pytest.mark.real_model, pytest.mark.timeout(600)]
+# One worker runs the module: its two SmolLM2 runs (the module fixture) are then made once,
+# not once on each xdist worker (63-69 s each on CI).
+pytestmark = [
+    pytest.mark.real_model,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("trainer-run-smollm2-pool"),
+]
 
 REPO = Path(__file__).resolve().parents[3]
 (SMOLLM2_ID,) = SMOLLM2_IDS
