@@ -153,13 +153,10 @@ class PolicyConfig:
         default="float32",
         metadata={
             "help": f"One of {DTYPES}. The forward passes' compute type; master weights, "
-            "gradients and AdamW state stay float32. bfloat16 runs under autocast on a GPU "
-            "or the CPU: on the CPU it is fastest where the CPU has bfloat16 instructions "
-            "(AVX512-BF16 or AMX: Xeon from Cooper Lake on, AMD Zen 4 on); without them torch "
-            "converts in software: on an AVX-512 CPU that still cut a step's forward and "
-            "backward by about a third, but on an AVX2-only CPU it made SmolLM2's forward "
-            "4x and backward 23x slower than float32 (the worker's log says which CPU it "
-            "has). It changes the numbers slightly. float16 needs a GPU",
+            "gradients and AdamW state stay float32. bfloat16 runs under autocast; on a CPU "
+            "it pays only with bfloat16 instructions (AVX512-BF16 or AMX): on an AVX2-only "
+            "CPU a SmolLM2 backward measured 23x slower than float32 (the worker's log names "
+            "the CPU). float16 needs a GPU",
             "choices": DTYPES,
         },
     )
