@@ -99,12 +99,14 @@ KEYS = (
     "train/solved_frac",
 )
 SERIES_PER_RUN = (len(POLICIES) + 1) * len(KEYS)
-POINTS = EXPERIMENTS * SEEDS * SERIES_PER_RUN * STEPS
 
 
 def lab_points(runs: int = EXPERIMENTS * SEEDS) -> int:
     """The points a lab of ``runs`` runs holds (:data:`POINTS` for the default 500)."""
     return runs * SERIES_PER_RUN * STEPS
+
+
+POINTS = lab_points()
 
 
 # One run's points in ingestion order: at each step, every series of the run.

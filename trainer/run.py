@@ -178,11 +178,11 @@ def launch(options: RunOptions) -> None:
 def worker_start_method(env: Mapping[str, str]) -> str:
     """How :func:`launch` starts its local workers: ``"fork"`` for a CPU job, whose
     workers then share the torch and transformers this process has already imported
-    (about 5 CPU-seconds each to import afresh: 15.9 -> 11.5 s wall for a 3-policy
-    2-step run on two cores), ``"spawn"`` for a job with GPUs (CUDA cannot be used in a
-    forked child). Nothing before the fork runs a torch kernel, so no OpenMP pool is
-    inherited; each worker seeds and sizes its own threads. Only the CLI calls
-    :func:`launch`, before any tensor is computed in its process."""
+    (about 5 CPU-seconds each to import afresh: 15.2 -> 7.3 s wall for a 3-policy
+    2-step run on two cores, bench/worker_start.py), ``"spawn"`` for a job with GPUs
+    (CUDA cannot be used in a forked child). Nothing before the fork runs a torch
+    kernel, so no OpenMP pool is inherited; each worker seeds and sizes its own threads.
+    Only the CLI calls :func:`launch`, before any tensor is computed in its process."""
     return "fork" if devices.is_cpu_job(env) else "spawn"
 
 
