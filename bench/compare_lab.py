@@ -4,7 +4,8 @@ on the lab of ``bench/scale.py``, where they are rolled up but their last 10 ste
     PYTHONPATH=. DATABASE_URL=postgres://postgres@127.0.0.1:5432/mrl_bench_scale \\
         .venv/bin/python bench/compare_lab.py [--reps 20] [--seed 3]
 
-Needs the 50M-point lab that ``bench/scale.py`` fills (run it once first). Puts it in the
+Needs the 50M-point lab that ``bench/scale.py`` fills (run it once first; ``--runs 2000``
+for the 200M-point lab of ``scale.py --runs 2000``). Puts it in the
 state of scale.py's "rolled up but the last 10 steps" rows (no packs; rollups built if
 there are none; each series' watermark lowered to the block before its last 10 steps)
 and leaves it so. Then, for ``--reps`` random sets of 50 runs (``--seed``; the same sets
@@ -41,7 +42,16 @@ from bench.ingest import (
     start_server,
     tail_to_points,
 )
-from bench.scale import KEYS, POINTS, ROLLUP_TAIL, STEPS, packs_forget, point_count
+from bench.scale import (
+    EXPERIMENTS,
+    KEYS,
+    ROLLUP_TAIL,
+    SEEDS,
+    STEPS,
+    lab_points,
+    packs_forget,
+    point_count,
+)
 
 PARTS = ("runs_for_spec", "series_index", "step_range", "load_buckets", "comparison_assemble")
 
@@ -166,12 +176,21 @@ def main() -> None:
         action="store_true",
         help="the HTTP passes before the in-process ones (whose cold pass is then warm)",
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=EXPERIMENTS * SEEDS,
+        help="the lab's runs, as bench/scale.py --runs filled it (2000: four times the lab)",
+    )
     args = parser.parse_args()
 
     env = app_environment("compare-lab")
     url = env["DATABASE_URL"]
-    if point_count(url) != POINTS:
-        sys.exit(f"{url} holds no lab of {POINTS:,} points: run bench/scale.py first")
+    points = lab_points(args.runs)
+    if point_count(url) != points:
+        sys.exit(
+            f"{url} holds no lab of {points:,} points: run bench/scale.py --runs {args.runs} first"
+        )
     import django
 
     django.setup()

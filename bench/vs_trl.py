@@ -35,6 +35,8 @@ own decoding loop, which drops finished rows (``--decoder loop``, the default si
 35; ``--decoder generate`` is HF ``generate``, as TRL), and with ``rollout_prefix_reuse``
 on (``--prefix-reuse``, the default since issue 35; TRL repeats each prompt G times and
 prefills every copy). ``--decoder generate --no-prefix-reuse`` is the step of before.
+Ours encodes each prompt once in the update too (``update_prefix_reuse``, on by default
+since issue 35; ``--no-update-prefix-reuse`` encodes every row whole, as TRL does).
 
 (b) Generation alone (``--gen-repeats`` > 0; 3 for smollm2, 0 for tiny; not skipped by
 ``--skip-timing``): new tokens per second of ``generate`` time, our engine through HF
@@ -181,6 +183,7 @@ def _policy(
         max_new_tokens=args.max_new_tokens, temperature=1.0, dtype=dtype,
         micro_batch_size=args.prompts * args.group,  # one forward per step, as TRL's
         rollout_prefix_reuse=prefix_reuse,
+        update_prefix_reuse=getattr(args, "update_prefix_reuse", True),
     )  # fmt: skip
     task = make_task(task_config(args), seed=0)
     policy = Policy(
@@ -835,6 +838,13 @@ def main() -> None:
         default=True,
         help="our rollout_prefix_reuse in the timed steps and fixed batches (default on)",
     )
+    parser.add_argument(
+        "--update-prefix-reuse",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="our update_prefix_reuse (each prompt encoded once in the update) in the timed "
+        "steps and fixed batches (default on, as PolicyConfig since issue 35)",
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--zoo-dir", type=Path, help="default: $MRL_ZOO_DIR or the cache")
     parser.add_argument("--skip-timing", action="store_true", help="no timed steps (a)")
@@ -882,7 +892,11 @@ def main() -> None:
         "transformers": transformers.__version__,
         "trl": trl.__version__,
         "model": zoo_id,
-        "ours": {"decoder": args.decoder, "prefix_reuse": args.prefix_reuse},
+        "ours": {
+            "decoder": args.decoder,
+            "prefix_reuse": args.prefix_reuse,
+            "update_prefix_reuse": args.update_prefix_reuse,
+        },
         "schedule": {
             "lr": args.lr,
             "prompts": args.prompts,

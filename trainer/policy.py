@@ -68,8 +68,15 @@ Precision and memory (:class:`~trainer.config.PolicyConfig`'s ``dtype``,
   only (its forward passes with gradients). Hugging Face checkpoints a layer only in
   training mode, and the policy keeps dropout off (eval mode), so the update switches on
   the ``training`` flag of the checkpointed layers alone (not of their dropout modules)
-  while it runs; generation and the no-grad scoring passes never checkpoint. Every
-  scoring forward passes ``use_cache=False`` (no KV cache is built outside generation);
+  while it runs; generation and the no-grad scoring passes never checkpoint. A scoring
+  forward of whole rows passes ``use_cache=False``;
+- ``update_prefix_reuse`` (on by default): the update's teacher-forced forwards (the
+  reference's log-probs, old log-probs, the policy's forward and backward) encode each
+  prompt once for the rows that share it, into a KV cache that each row's ``last prompt
+  token + response`` then reads (:mod:`trainer.shared_prompts`,
+  :meth:`Policy._forward_shared`); the gradients of all G rows flow back into the one
+  prompt encoding. The values are the whole rows' up to float rounding. Not under
+  ``gradient_checkpointing`` (its layers take no cache in training);
 - ``micro_batch_tokens``: micro-batches by a token budget instead of
   ``micro_batch_size`` sequences (:func:`token_budget_micro_batches`); the micro-batches'
   losses are weighted by their share of the mini-batch's tokens (or sequences) as
@@ -100,6 +107,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import DynamicCache
 
 from trainer import metrics as m
 from trainer.batch import (
@@ -129,6 +137,8 @@ from trainer.core import (
 from trainer.models import fuse_activations, load_causal_lm, load_tokenizer
 from trainer.rollout import HFRolloutEngine, RolloutBatch
 from trainer.rollout.engine import CacheKind
+from trainer.shared_prompts import SharedPrompts
+from trainer.shared_prompts import plan as shared_prompt_plan
 from trainer.tasks import Problem
 from trainer.tasks.rewards import RewardFn
 from trainer.thl import encode_text
@@ -584,17 +594,15 @@ class Policy:
                 share = float(weights[rows].sum()) / total_weight
                 if share == 0.0:
                     continue
-                logits, targets, width = self._forward(
+                # One log-softmax gives both; the entropy's backward runs only when it
+                # enters the loss (entropy_coef != 0), else it is a metric only.
+                logp, entropy, start, width = self._scores(
                     self.model,
                     input_ids[rows],
                     attention_mask[rows],
-                    self.temperature,
-                    first_scored_column(inputs.mask[rows]),
+                    inputs.mask[rows],
+                    with_entropy=True,
                 )
-                start = width - 1 - targets.shape[1]  # the first column scored
-                # One log-softmax gives both; the entropy's backward runs only when it
-                # enters the loss (entropy_coef != 0), else it is a metric only.
-                logp, entropy = token_log_probs_and_entropy(logits, targets)
                 micro = inputs.rows(rows, width - 1, start=start)
                 if hooks:
                     detached = logp.detach()
@@ -769,18 +777,126 @@ class Policy:
         )
         device = _device_of(model)
         for rows in self._micro_batches(attention_mask):
-            first = 0 if response_mask is None else first_scored_column(response_mask[rows])
+            if response_mask is None:
+                logits, targets, width = self._forward(
+                    model,
+                    input_ids[rows].to(device),
+                    attention_mask[rows].to(device),
+                    self.temperature,
+                )
+                logp, start = token_log_probs(logits, targets), width - 1 - targets.shape[1]
+            else:
+                logp, _, start, width = self._scores(
+                    model,
+                    input_ids[rows].to(device),
+                    attention_mask[rows].to(device),
+                    response_mask[rows].to(device),
+                    with_entropy=False,
+                )
+            out[rows, start : width - 1] = logp.to(out.device)
+        return out
+
+    def _scores(
+        self,
+        model: torch.nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        with_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int, int]:
+        """``(logp, entropy, start, width)`` of one micro-batch under ``model`` at this
+        policy's temperature: the log-probs (and, ``with_entropy``, the entropies) of
+        target columns ``start .. width - 2`` (``[n, width - 1 - start]``, from the
+        micro-batch's first response token on; ``width`` its longest row).
+
+        Rows that share a prompt encode it once (:meth:`_forward_shared`) where
+        ``update_prefix_reuse`` allows it; a column that is not a response token of its
+        row then holds 0 (nothing reads it: the objective and the hooks mask by
+        ``response_mask``). Else one forward of the whole rows (:meth:`_forward`)."""
+        shared = self._shared_prompts(model, input_ids, attention_mask, response_mask)
+        if shared is None:
             logits, targets, width = self._forward(
                 model,
-                input_ids[rows].to(device),
-                attention_mask[rows].to(device),
+                input_ids,
+                attention_mask,
                 self.temperature,
-                first,
+                first_scored_column(response_mask),
             )
-            out[rows, width - 1 - targets.shape[1] : width - 1] = token_log_probs(
-                logits, targets
-            ).to(out.device)
-        return out
+            logp, entropy = token_log_probs_and_entropy(logits, targets, with_entropy=with_entropy)
+            return logp, entropy, width - 1 - targets.shape[1], width
+        logits = self._forward_shared(model, shared, self.temperature)
+        logp, entropy = token_log_probs_and_entropy(
+            logits, shared.targets, with_entropy=with_entropy
+        )
+        return (
+            shared.to_frame(logp),
+            None if entropy is None else shared.to_frame(entropy),
+            shared.start,
+            shared.width,
+        )
+
+    def _shared_prompts(
+        self,
+        model: torch.nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+    ) -> SharedPrompts | None:
+        """The micro-batch's rows grouped by prompt (:func:`trainer.shared_prompts.plan`),
+        or None: ``update_prefix_reuse`` off, gradient checkpointing on (Hugging Face
+        layers take no KV cache while they checkpoint), a model that is not a
+        transformers causal LM (no ``logits_to_keep``: it may take no cache either), or
+        nothing shared."""
+        if (
+            not self.config.update_prefix_reuse
+            or self.config.gradient_checkpointing
+            or not _keeps_logits(model)
+        ):
+            return None
+        return shared_prompt_plan(input_ids, attention_mask, response_mask, self.pad_id)
+
+    def _forward_shared(
+        self, model: torch.nn.Module, shared: SharedPrompts, temperature: float
+    ) -> torch.Tensor:
+        """Logits ``[n, R, V]`` (float32, divided by ``temperature``) predicting
+        ``shared.targets``: each distinct prompt but its last token encoded once into a KV
+        cache (``logits_to_keep=1``: its LM head runs on one position), the cache's rows
+        picked for their samples (``owner``: an index, so autograd adds the samples'
+        gradients back into their prompt's), then ``last prompt token + response`` of
+        every row on top of it, at its positions in the whole sequence (the LM head on the
+        positions that predict a response token only). Under the compute dtype's
+        autocast (:meth:`_autocast`), as :meth:`_forward`."""
+        cache = DynamicCache(config=model.config)
+        cache_device = shared.prefix_ids.device
+        prefix_positions = torch.arange(
+            shared.prefix_ids.shape[1], device=shared.prefix_ids.device
+        ).expand_as(shared.prefix_ids)
+        with self._autocast(model):
+            model(
+                input_ids=shared.prefix_ids,
+                attention_mask=shared.prefix_mask,
+                position_ids=prefix_positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache.batch_select_indices(shared.owner)
+            logits = model(
+                input_ids=shared.segment_ids,
+                attention_mask=torch.cat(
+                    [shared.prefix_mask[shared.owner], shared.segment_mask], dim=1
+                ),
+                position_ids=shared.segment_positions,
+                past_key_values=cache,
+                use_cache=True,
+                # not the last position's: it predicts nothing
+                logits_to_keep=torch.arange(shared.targets.shape[1], device=cache_device),
+            ).logits
+        logits = logits.float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        return logits
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,15 @@ AUX_PROMPTS = [[1, 20], [1, 21, 22], [1, 23]]
 AUX_RESPONSES = [[24, 25, 26], [27], [28, 29]]
 
 
-def _policy(zoo_dir: Path, micro_batch_size: int = 3, **grpo: Any) -> Policy:
+def _policy(
+    zoo_dir: Path, micro_batch_size: int = 3, update_prefix_reuse: bool = True, **grpo: Any
+) -> Policy:
     model_dir = zoo_dir / "tiny-llama-char"
     torch.manual_seed(0)
     config = PolicyConfig(
-        name="a", model=str(model_dir), lr=1e-3, micro_batch_size=micro_batch_size
-    )
+        name="a", model=str(model_dir), lr=1e-3, micro_batch_size=micro_batch_size,
+        update_prefix_reuse=update_prefix_reuse,
+    )  # fmt: skip
     return Policy(
         config, GRPOConfig(**grpo), model_dir=model_dir, tokenizer_dir=model_dir,
         reward_fn=get_reward("math"),
@@ -159,8 +162,8 @@ def test_scoring_only_response_positions_gives_the_same_update(
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
 
 
-def test_the_lm_head_sees_response_positions_only(zoo_dir: Path) -> None:
-    policy = _policy(zoo_dir, micro_batch_size=8)
+def _lm_head_widths(policy: Policy) -> list[int]:
+    """The positions the LM head saw in each forward of one update of :func:`_batch`."""
     widths: list[int] = []
     head = policy.model.get_output_embeddings()
     handle = head.register_forward_hook(lambda module, args, out: widths.append(args[0].shape[1]))
@@ -168,8 +171,14 @@ def test_the_lm_head_sees_response_positions_only(zoo_dir: Path) -> None:
         policy.train_step(_batch())
     finally:
         handle.remove()
+    return widths
 
-    # One micro-batch of the 8 sequences: the longest is 4 + 3 = 7 tokens, the earliest
-    # response token is the 3rd (prompts of 2 tokens): target columns 1..5, plus the last
-    # position the forward cuts off: 6 positions instead of 7.
-    assert widths == [6]
+
+def test_the_lm_head_sees_response_positions_only(zoo_dir: Path) -> None:
+    # Whole rows: one micro-batch of the 8 sequences: the longest is 4 + 3 = 7 tokens,
+    # the earliest response token is the 3rd (prompts of 2 tokens): target columns 1..5,
+    # plus the last position the forward cuts off: 6 positions instead of 7.
+    assert _lm_head_widths(_policy(zoo_dir, micro_batch_size=8, update_prefix_reuse=False)) == [6]
+    # Shared prompts: the 4 distinct prompts' encoding keeps one position, then each
+    # row's last prompt token + response predicts its response: 3 positions at most.
+    assert _lm_head_widths(_policy(zoo_dir, micro_batch_size=8)) == [1, 3]

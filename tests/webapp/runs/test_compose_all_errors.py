@@ -174,7 +174,7 @@ def test_an_imported_config_shows_its_unknown_keys_with_its_value_errors(
         "fields: name, model, tokenizer, chat_template, lr, group_size, max_new_tokens, "
         "temperature, dtype, micro_batch_size, micro_batch_tokens, gradient_checkpointing, "
         "reference_on_cpu, rollout_cache, rollout_compile, rollout_prefix_reuse, "
-        "device_share",
+        "update_prefix_reuse, device_share",
         "Policy 2 · Learning rate: Enter a number.",
         "Policy 2 · Learning rate: must be a number, got a string",
         "Steps: steps must be >= 1; got -3",

@@ -267,6 +267,7 @@ def test_a_valid_three_policy_sgt_form_gives_the_trainer_json(lab: Lab) -> None:
         "rollout_cache": "dynamic",
         "rollout_compile": False,
         "rollout_prefix_reuse": False,
+        "update_prefix_reuse": True,
         "device_share": None,
     }
     saved = composer.save_kwargs()
