@@ -106,11 +106,14 @@ def with_replay(batch: LearnerBatch, replayed: list[ReplaySample]) -> LearnerBat
     The replayed advantages are made on the device of ``batch.advantages``: a replay
     restored from a checkpoint holds plain floats, whatever device the policy is on.
 
-    The batch's own hooks and scored old log-probs are not carried over (as before the
-    hooks existed): under ReMix a PRP peer sample trains without its importance weight,
-    which PRP then computes after the update, for its metrics only."""
+    The batch's own hooks and old log-probs come along (after ReMix's hook; the replayed
+    rows have none): a PRP peer sample trains with its truncated importance weight
+    against ``pi_k``, which PRP's hook writes into the mixed batch's ``token_weights``
+    and :meth:`ReMix.train` hands back to ``batch``. (Until issue 35 they were dropped,
+    and a peer sample trained unweighted under ReMix.)"""
     behaviour: list[list[float] | None] = [None] * len(batch)
     weights = list(batch.token_weights) or [None] * len(batch)
+    old_logp = list(batch.old_logp) + [None] * len(replayed) if batch.old_logp else []
     return LearnerBatch(
         prompt_ids=list(batch.prompt_ids) + [list(s.prompt_ids) for s in replayed],
         response_ids=list(batch.response_ids) + [list(s.response_ids) for s in replayed],
@@ -126,7 +129,11 @@ def with_replay(batch: LearnerBatch, replayed: list[ReplaySample]) -> LearnerBat
         ),
         token_weights=weights + [None] * len(replayed),
         aux_terms=list(batch.aux_terms),
-        hooks=[ReplayedSamples(behaviour + [list(s.behaviour_logp) for s in replayed])],
+        old_logp=old_logp,
+        hooks=[
+            ReplayedSamples(behaviour + [list(s.behaviour_logp) for s in replayed]),
+            *batch.hooks,
+        ],
     )
 
 
@@ -199,6 +206,10 @@ class ReMix:
         metrics = policy.train_step(mixed, objective.update(self.objective)) | {
             m.REMIX_LAMBDA: objective.kl_lambda
         }
+        # The weights the batch's hooks wrote in the update (PRP's on its peer tokens)
+        # go back to the regime's batch, where its events and metrics read them.
+        if any(w is not None for w in mixed.token_weights[: len(batch)]):
+            batch.token_weights = list(mixed.token_weights[: len(batch)])
         hook = mixed.hook(ReplayedSamples)
         assert hook is not None
         behaviour = hook.pi_k

@@ -45,12 +45,17 @@ def _policy(name: str, zoo_dir: Path, config: RunConfig) -> Policy:
 
 
 def _count_scored_rows(model: torch.nn.Module) -> list[int]:
-    """Wrap ``model.forward``; the returned list collects the rows of each no-grad call."""
+    """Wrap ``model.forward``; the returned list collects the rows of each no-grad scoring
+    pass. A pass whose rows share prompts (``update_prefix_reuse``) first encodes the
+    distinct prompts into an empty KV cache; that call is part of the pass and is not
+    counted apart."""
     calls: list[int] = []
     forward: Callable[..., Any] = model.forward
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        if not torch.is_grad_enabled():
+        cache = kwargs.get("past_key_values")
+        encodes_prompts = cache is not None and cache.get_seq_length() == 0
+        if not torch.is_grad_enabled() and not encodes_prompts:
             calls.append(int(kwargs["input_ids"].shape[0]))
         return forward(*args, **kwargs)
 
