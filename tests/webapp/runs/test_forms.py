@@ -62,12 +62,13 @@ def add_policy(data: dict[str, str], composer: ExperimentComposer, **values: Any
     """Append a policy like the page's "Add policy" does; return its index."""
     index = int(data["pool-TOTAL_FORMS"])
     for field in composer.pool.empty_form:
-        if field.widget_type == "checkbox":
-            continue
+        name = field.html_name.replace("__prefix__", str(index))
         value = field.value()
-        data[field.html_name.replace("__prefix__", str(index))] = (
-            "" if value is None else str(value)
-        )
+        if field.widget_type == "checkbox":
+            if value:  # a box checked by default is sent as "on", as the browser does
+                data[name] = "on"
+            continue
+        data[name] = "" if value is None else str(value)
     data["pool-TOTAL_FORMS"] = str(index + 1)
     data[f"pool-{index}-ORDER"] = str(index + 1)
     for name, value in values.items():
