@@ -234,12 +234,10 @@ class PolicyConfig:
     update_prefix_reuse: bool = field(
         default=True,
         metadata={
-            "help": "In the update, encode each prompt once for all the samples that share "
-            "it (the reference's and the policy's forwards, and the backward) instead of "
-            "once per sample: the same loss up to float rounding; with few-shot prompts "
-            "several times faster (SmolLM2, 3 worked examples, G=4: 3.5x); not under "
-            "gradient checkpointing",
-            "label": "Reuse prompt forward in the update",
+            "help": "Encode a prompt once for all its samples in the update, not once per "
+            "sample: the same loss to float rounding, several times faster with few-shot "
+            "prompts. Ignored under gradient checkpointing",
+            "label": "Reuse prompt in the update",
         },
     )
     """Whether the update's teacher-forced forwards encode a prompt once for all its
