@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 
+from tests.trainer.objective_spy import objective_spy
 from trainer import metrics as m
 from trainer import policy as policy_module
 from trainer.config import GRPOConfig, PolicyConfig
-from trainer.core import OBJECTIVES, ObjectiveOutput
 from trainer.policy import AuxTerm, LearnerBatch, Policy, first_scored_column
 from trainer.tasks import get_reward
 
@@ -55,19 +55,8 @@ def _nll(coef: float = 0.1, metric: str = "test/nll") -> AuxTerm:
 def objective_calls() -> Iterator[list[int]]:
     """The rows of every call of the ``grpo`` objective."""
     calls: list[int] = []
-    grpo = OBJECTIVES.get("grpo")
-
-    def counted(**kwargs: Any) -> ObjectiveOutput:
-        calls.append(int(kwargs["inputs"].mask.shape[0]))
-        return grpo(**kwargs)
-
-    OBJECTIVES.unregister("grpo")
-    OBJECTIVES.register("grpo")(counted)
-    try:
+    with objective_spy("grpo", lambda kwargs: calls.append(int(kwargs["inputs"].mask.shape[0]))):
         yield calls
-    finally:
-        OBJECTIVES.unregister("grpo")
-        OBJECTIVES.register("grpo")(grpo)
 
 
 def test_the_update_calls_the_objective_once_per_micro_batch(

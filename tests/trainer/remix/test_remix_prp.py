@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from tests.trainer.objective_spy import objective_spy
 from tests.trainer.zoo_policy import zoo_policy
 from trainer.batch import LearnerBatch
 from trainer.config import RunConfig
-from trainer.core import OBJECTIVES, ObjectiveOutput
 from trainer.exchange import StepRecord
 from trainer.policy import first_scored_column
 from trainer.regimes.prp import IS_WEIGHT_MEAN
@@ -32,20 +32,13 @@ C_BAR = 1.5
 def remix_token_weights() -> Iterator[list[torch.Tensor | None]]:
     """The ``token_weights`` every call of the ``remix`` objective received."""
     seen: list[torch.Tensor | None] = []
-    remix = OBJECTIVES.get("remix")
 
-    def recorded(**kwargs: Any) -> ObjectiveOutput:
+    def record(kwargs: dict[str, Any]) -> None:
         weights = kwargs["inputs"].token_weights
         seen.append(None if weights is None else weights.detach().clone())
-        return remix(**kwargs)
 
-    OBJECTIVES.unregister("remix")
-    OBJECTIVES.register("remix")(recorded)
-    try:
+    with objective_spy("remix", record):
         yield seen
-    finally:
-        OBJECTIVES.unregister("remix")
-        OBJECTIVES.register("remix")(remix)
 
 
 def test_under_remix_prp_peer_tokens_train_with_their_importance_weights(
