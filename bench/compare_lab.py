@@ -18,12 +18,21 @@ PostgreSQL's shared buffers, though they may be in the OS's page cache), the sec
 request once per page, right after its 80-s rollup sweep has written 735 MiB
 (PostgreSQL is still writing it back then); this measures it apart, so that two
 checkouts can be compared back to back on the same data.
+
+``--drop-caches`` makes the first pass cold from the disk up (root, Linux, a local
+cluster that ``pg_ctlcluster`` manages: ``--cluster 15/main``): before each of its
+requests it stops PostgreSQL, drops the OS's page cache and starts PostgreSQL again,
+then builds one comparison of a warm-up set (runs in no measured set) so that the
+server's catalogues and the indexes' upper pages are back in memory, as in a server that
+has been up a while. What the measured request then reads from its runs' rows, blocks
+and points comes from the disk.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -104,15 +113,48 @@ Passes = dict[str, list[float]]
 """Per pass ("cold", then "warm"): the time of each request or build (s)."""
 
 
-def in_process(sets: list[list[int]], user: Any) -> tuple[Passes, dict[str, dict[str, float]]]:
+class ColdStart:
+    """Empties every cache between the database's disk and a request (``--drop-caches``):
+    PostgreSQL stopped, the OS's page cache dropped, PostgreSQL started, then one
+    comparison of ``warm_up`` built (``build``) to bring the server's catalogues and the
+    indexes' upper pages back, as in a server that has been up a while."""
+
+    def __init__(self, cluster: str, warm_up: list[int]) -> None:
+        self.version, self.name = cluster.split("/")
+        self.warm_up = warm_up
+
+    def __call__(self, build: Callable[[list[int]], Any]) -> None:
+        from django.db import connection
+
+        connection.close()
+        subprocess.run(["pg_ctlcluster", self.version, self.name, "stop"], check=True)
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        subprocess.run(["pg_ctlcluster", self.version, self.name, "start"], check=True)
+        build(self.warm_up)
+
+
+def in_process(
+    sets: list[list[int]], user: Any, cold_start: ColdStart | None = None
+) -> tuple[Passes, dict[str, dict[str, float]]]:
     """Per pass, per set, the build plus its JSON encoding (s); per pass, the parts' mean
-    ms per build."""
+    ms per build. With ``cold_start``, it runs before each build of the first pass."""
     from django.http import QueryDict
 
     from webapp.compare import selectors
     from webapp.compare.serialize import comparison_json
     from webapp.compare.spec import ComparisonSpec
     from webapp.core.http import json_reply
+
+    def build(run_ids: list[int]) -> None:
+        query_dict = QueryDict(mutable=True)
+        for key, value in query(run_ids).items():
+            query_dict.setlist(key, value if isinstance(value, list) else [value])
+        spec = ComparisonSpec.from_query(query_dict)
+        comparison = selectors.comparison_build(spec=spec, runs=selectors.runs_for_spec(user, spec))
+        encoding = time.perf_counter()
+        json_reply(comparison_json(comparison))
+        spent["JSON encoding"] += time.perf_counter() - encoding
 
     spent = timed_parts()
     totals: Passes = {"cold": [], "warm": []}
@@ -122,16 +164,13 @@ def in_process(sets: list[list[int]], user: Any) -> tuple[Passes, dict[str, dict
         if index == len(sets):
             parts["cold"] = _parts_mean(spent, len(sets))
             spent.update(dict.fromkeys(spent, 0.0))
-        query_dict = QueryDict(mutable=True)
-        for key, value in query(run_ids).items():
-            query_dict.setlist(key, value if isinstance(value, list) else [value])
+        if cold_start is not None and name == "cold":
+            measured = dict(spent)
+            cold_start(build)  # its warm-up build is not measured
+            spent.update(measured)
         started = time.perf_counter()
-        spec = ComparisonSpec.from_query(query_dict)
-        comparison = selectors.comparison_build(spec=spec, runs=selectors.runs_for_spec(user, spec))
-        built = time.perf_counter()
-        json_reply(comparison_json(comparison))
+        build(run_ids)
         totals[name].append(time.perf_counter() - started)
-        spent["JSON encoding"] += time.perf_counter() - built
     parts["warm"] = _parts_mean(spent, len(sets))
     return totals, parts
 
@@ -148,8 +187,12 @@ def load_average() -> str:
         return "unknown"
 
 
-def over_http(env: dict[str, str], session_id: str, sets: list[list[int]]) -> Passes:
-    """Per pass, per set, ``GET /api/v1/compare`` through gunicorn (s)."""
+def over_http(
+    env: dict[str, str], session_id: str, sets: list[list[int]], cold_start: ColdStart | None = None
+) -> Passes:
+    """Per pass, per set, ``GET /api/v1/compare`` through gunicorn (s); with
+    ``cold_start`` before each request of the first pass (its warm-up asks four times, so
+    that both workers have reconnected)."""
     port = free_port()
     server = start_server(env, port)
     try:
@@ -157,7 +200,14 @@ def over_http(env: dict[str, str], session_id: str, sets: list[list[int]]) -> Pa
         session.cookies.set("sessionid", session_id)
         compare_url = f"http://127.0.0.1:{port}/api/v1/compare"
         times: Passes = {"cold": [], "warm": []}
+
+        def warm_up(run_ids: list[int]) -> None:
+            for _ in range(4):
+                session.get(compare_url, params=query(run_ids)).raise_for_status()
+
         for index, run_set in enumerate([*sets, *sets]):
+            if cold_start is not None and index < len(sets):
+                cold_start(warm_up)
             started = time.perf_counter()
             session.get(compare_url, params=query(run_set)).raise_for_status()
             times["cold" if index < len(sets) else "warm"].append(time.perf_counter() - started)
@@ -182,6 +232,15 @@ def main() -> None:
         default=EXPERIMENTS * SEEDS,
         help="the lab's runs, as bench/scale.py --runs filled it (2000: four times the lab)",
     )
+    parser.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="the first pass cold from the disk: PostgreSQL restarted and the OS page cache "
+        "dropped before each request (root, Linux)",
+    )
+    parser.add_argument(
+        "--cluster", default="15/main", help="the local cluster pg_ctlcluster restarts"
+    )
     args = parser.parse_args()
 
     env = app_environment("compare-lab")
@@ -204,20 +263,29 @@ def main() -> None:
     load_before = load_average()
     rng = random.Random(args.seed)
     sets = [rng.sample(run_ids, 50) for _ in range(args.reps)]
+    unmeasured = sorted(set(run_ids).difference(*sets))
+    cold_start = (
+        ColdStart(args.cluster, random.Random(0).sample(unmeasured, min(50, len(unmeasured))))
+        if args.drop_caches
+        else None
+    )
     user = User.objects.get(username="user00")
 
     client = Client()
     client.force_login(user)
+    session_id = client.cookies["sessionid"].value
     if not args.http_first:
-        totals, parts = in_process(sets, user)
-    times = over_http(env, client.cookies["sessionid"].value, sets)
+        totals, parts = in_process(sets, user, cold_start)
+    times = over_http(env, session_id, sets, cold_start)
     if args.http_first:
-        totals, parts = in_process(sets, user)
+        totals, parts = in_process(sets, user, cold_start)
 
     def ms(values: list[float]) -> str:
         return f"{percentile(values, 0.5) * 1000:,.0f} / {percentile(values, 0.95) * 1000:,.0f}"
 
     first = "over HTTP" if args.http_first else "in-process"
+    if args.drop_caches:
+        first += "; the first pass from the disk (--drop-caches)"
     print(f"\n8 metrics x 5 policies x 50 runs x {STEPS:,} steps, not packed, rolled up but "
           f"the last {ROLLUP_TAIL} steps; {args.reps} run sets (seed {args.seed}), {first} "
           f"first; load average {load_before} before, {load_average()} after\n")  # fmt: skip
