@@ -15,7 +15,8 @@ pure numpy). Reading, in a few statements whatever the number of runs (PostgreSQ
    status sync has made one (:mod:`webapp.metrics.series_packs`; about 6x faster),
    except on the wall-time axis, which needs the points' wall times. A series not
    packed yet is read from its level-0 rollup blocks' packed points up to its watermark
-   and from the points after it (:func:`webapp.metrics.series_rollups.chunk_columns`).
+   and from the points after it (:func:`webapp.metrics.series_rollups.chunk_columns`),
+   all in one snapshot (:data:`ONE_SNAPSHOT_SQL`).
 
 Another database (the demo's SQLite) reads the points as rows and buckets them in
 Python (:func:`buckets_portable`, also the reference of the tests). The summary table
@@ -191,6 +192,14 @@ def step_range_portable(series_ids: Sequence[int]) -> tuple[int, int] | None:
     return (int(min(lows)), int(max(highs))) if lows and highs else None
 
 
+ONE_SNAPSHOT_SQL = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+"""The points read of :func:`buckets_postgres` takes several statements (the packs, each
+series' watermark, then its blocks up to the watermark and its points after it); in one
+snapshot, a rollup sweep that commits between two of them cannot make a block hold
+points that the read also takes from the points table (counted twice). Only where the
+read opens the transaction: inside a caller's, the caller's isolation holds."""
+
+
 def buckets_postgres(
     series_ids: Sequence[int], lo: int, hi: int, size: int, *, wall: bool = True
 ) -> dict[int, Buckets]:
@@ -203,8 +212,11 @@ def buckets_postgres(
     then bucketing it)."""
     found: dict[int, Buckets] = {}
     rest = set(series_ids)
+    outermost = not connection.in_atomic_block
     with transaction.atomic():
         with connection.cursor() as cursor:
+            if outermost:
+                cursor.execute(ONE_SNAPSHOT_SQL)
             cursor.execute(series_packs.SERIES_SCAN_SETTINGS_SQL)
         rows: Iterable[tuple[int, bytes, bytes, bytes | None]]
         if wall:

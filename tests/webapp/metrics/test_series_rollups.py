@@ -15,6 +15,7 @@ from django.db.models import Count
 from django.test import Client
 
 from tests.webapp.metrics.test_api_support import fill_series, make_run, point, post_batch
+from tests.webapp.metrics.test_ingest_without_fk import Worker
 from tests.webapp.metrics.test_series_downsample import same
 from webapp.compare.selectors import buckets_portable, buckets_postgres
 from webapp.metrics import selectors, series_packs, series_rollups
@@ -309,3 +310,34 @@ def test_a_block_left_partial_by_one_sweep_is_built_whole_by_the_next(
         series_rollups.run_rollup(run.pk)
     block = SeriesRollup.objects.get(series_id=series_id, level=0, block=1)
     assert block.n_points == 64 and len(block.steps) == 64 * 4
+
+
+@pytest.mark.django_db(transaction=True)  # the sweep commits on its own connection
+def test_a_sweep_that_commits_during_a_comparison_read_counts_no_point_twice(
+    client: Client, run: Run, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read takes each series' watermark, then its blocks up to it and its points
+    after it. A sweep committing in between rebuilds the last block with the points
+    after the old watermark: read in two snapshots, those points would come twice (from
+    the block and from the points table)."""
+    ship(client, run, token, [(s, 0.0) for s in range(100)])
+    series_id = series_id_of(run)
+    series_rollups.run_rollup(run.pk)  # watermark 99: block 1 holds steps 64-99
+    ship(client, run, token, [(s, 1.0) for s in range(100, 128)])  # after it: raw
+    read_watermarks = series_rollups.watermarks
+
+    def watermarks_then_a_sweep(series_ids: list[int]) -> dict[int, int]:
+        marks = read_watermarks(series_ids)
+        sweep = Worker(lambda: series_rollups.run_rollup(run.pk))
+        sweep.start()
+        assert sweep.finish() and sweep.error is None  # block 1 again, now 64-127
+        return marks
+
+    monkeypatch.setattr(series_rollups, "watermarks", watermarks_then_a_sweep)
+    lo, hi, size = 0, 127, 43  # steps 99, 100 and 101 share bucket 33
+    got = buckets_postgres([series_id], lo, hi, size, wall=False)[series_id]
+    assert watermark(series_id) == 127  # the sweep did commit inside the read
+    truth = buckets_portable([series_id], lo, hi, size)[series_id]
+    assert got.value[33] == pytest.approx(2 / 3)  # (0 + 1 + 1) / 3, not (0 + 4 x 1) / 5
+    assert np.array_equal(got.present, truth.present)
+    assert np.allclose(got.step, truth.step) and np.allclose(got.value, truth.value)
