@@ -11,8 +11,9 @@ there are none; each series' watermark lowered to the block before its last 10 s
 and leaves it so. Then, for ``--reps`` random sets of 50 runs (``--seed``; the same sets
 for any checkout), two passes over the sets: the in-process build split into its parts
 (runs, series index, step range, the streamed read and bucketing, the assembly, the JSON
-encoding), then ``GET /api/v1/compare`` over HTTP through gunicorn (2 sync workers). The
-first pass of each is reported apart ("cold": the sets' pages are not yet in
+encoding), then ``GET /api/v1/compare`` over HTTP through gunicorn (2 sync workers,
+after four unmeasured requests for 50 runs in no measured set, which load each worker's
+code and connection). The first pass of each is reported apart ("cold": the sets' pages are not yet in
 PostgreSQL's shared buffers, though they may be in the OS's page cache), the second as
 "warm"; the load average is printed before and after. scale.py measures the same
 request once per page, right after its 80-s rollup sweep has written 735 MiB
@@ -194,11 +195,17 @@ def load_average() -> str:
 
 
 def over_http(
-    env: dict[str, str], session_id: str, sets: list[list[int]], cold_start: ColdStart | None = None
+    env: dict[str, str],
+    session_id: str,
+    sets: list[list[int]],
+    warm_up_set: list[int],
+    cold_start: ColdStart | None = None,
 ) -> Passes:
-    """Per pass, per set, ``GET /api/v1/compare`` through gunicorn (s); with
-    ``cold_start`` before each request of the first pass (its warm-up asks four times, so
-    that both workers have reconnected)."""
+    """Per pass, per set, ``GET /api/v1/compare`` through gunicorn (s), after four
+    unmeasured requests for ``warm_up_set`` (runs in no measured set), so that each
+    worker has loaded its code and opened its connection; with ``cold_start`` before each
+    request of the first pass (its warm-up asks four times too, so that both workers have
+    reconnected)."""
     port = free_port()
     server = start_server(env, port)
     try:
@@ -211,6 +218,7 @@ def over_http(
             for _ in range(4):
                 session.get(compare_url, params=query(run_ids)).raise_for_status()
 
+        warm_up(warm_up_set)
         for index, run_set in enumerate([*sets, *sets]):
             if cold_start is not None and index < len(sets):
                 cold_start(warm_up)
@@ -273,11 +281,8 @@ def main() -> None:
     rng = random.Random(args.seed)
     sets = [rng.sample(run_ids, 50) for _ in range(args.reps)]
     unmeasured = sorted(set(run_ids).difference(*sets))
-    cold_start = (
-        ColdStart(args.cluster, random.Random(0).sample(unmeasured, min(50, len(unmeasured))))
-        if args.drop_caches
-        else None
-    )
+    warm_up_set = random.Random(0).sample(unmeasured, min(50, len(unmeasured)))
+    cold_start = ColdStart(args.cluster, warm_up_set) if args.drop_caches else None
     user = User.objects.get(username="user00")
 
     client = Client()
@@ -285,7 +290,7 @@ def main() -> None:
     session_id = client.cookies["sessionid"].value
     if not args.http_first:
         totals, parts = in_process(sets, user, cold_start)
-    times = over_http(env, session_id, sets, cold_start)
+    times = over_http(env, session_id, sets, warm_up_set, cold_start)
     if args.http_first:
         totals, parts = in_process(sets, user, cold_start)
 

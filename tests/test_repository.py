@@ -50,6 +50,9 @@ def test_the_compose_file_validates() -> None:
     services = yaml.safe_load(result.stdout)["services"]
     assert set(services) == {"web", "worker", "beat", "postgres", "redis"}
     assert services["worker"]["environment"]["MRL_EXECUTOR"] == "slurm"
+    # the PostgreSQL settings docs/CAPACITY.md gives, which a restart keeps warm
+    postgres = services["postgres"]["command"]
+    assert "shared_preload_libraries=pg_prewarm" in postgres and "shared_buffers=4GB" in postgres
 
 
 def test_the_compose_worker_is_restarted_and_health_checked_by_its_heartbeat() -> None:
