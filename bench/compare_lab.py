@@ -13,9 +13,9 @@ for any checkout), two passes over the sets: the in-process build split into its
 (runs, series index, step range, the streamed read and bucketing, the assembly, the JSON
 encoding), then ``GET /api/v1/compare`` over HTTP through gunicorn (2 sync workers,
 after four unmeasured requests for 50 runs in no measured set, which load each worker's
-code and connection). The first pass of each is reported apart ("cold": the sets' pages are not yet in
-PostgreSQL's shared buffers, though they may be in the OS's page cache), the second as
-"warm"; the load average is printed before and after. scale.py measures the same
+code and connection). The first pass of each is reported apart ("cold": the sets' pages
+are not yet in PostgreSQL's shared buffers, though they may be in the OS's page cache),
+the second as "warm"; the load average is printed before and after. scale.py measures the same
 request once per page, right after its 80-s rollup sweep has written 735 MiB
 (PostgreSQL is still writing it back then); this measures it apart, so that two
 checkouts can be compared back to back on the same data.
