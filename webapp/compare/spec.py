@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 from trainer import metrics as m
 from webapp.compare.grouping import EXPERIMENT, GROUP_BY_PATTERN
 from webapp.compare.stats import BANDS
+from webapp.core.flags import flag_value
 
 if TYPE_CHECKING:  # a QueryDict's reading methods only: no Django at run time
     from django.http import QueryDict
@@ -175,9 +176,8 @@ def _int(query: QueryDict, name: str, default: int) -> int:
 
 
 def bool_param(query: QueryDict, name: str) -> bool:
-    raw = query.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "off", "no"):
-        return False
-    if raw in ("1", "true", "on", "yes"):
-        return True
-    raise SpecError(f"{name}: must be 1 or 0, not {raw[:40]!r}")
+    """A yes/no parameter (:func:`webapp.core.flags.flag_value`); a :class:`SpecError`."""
+    try:
+        return flag_value(name, query.get(name, ""))
+    except ValueError as error:
+        raise SpecError(str(error)) from None

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 
+from webapp.core.flags import flag_value
 from webapp.core.services import personal_token_authenticate
 
 View = Callable[..., HttpResponse]
@@ -176,13 +177,12 @@ def text_params(query: QueryDict, name: str, max_length: int) -> list[str]:
 
 
 def flag_param(query: QueryDict, name: str) -> bool:
-    """``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` (absent: False)."""
-    raw = query.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "off", "no"):
-        return False
-    if raw in ("1", "true", "on", "yes"):
-        return True
-    raise ParamError(f"{name}: must be 1 or 0, not {raw[:40]!r}")
+    """``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` (absent: False;
+    :func:`webapp.core.flags.flag_value`); a :class:`ParamError`."""
+    try:
+        return flag_value(name, query.get(name, ""))
+    except ValueError as error:
+        raise ParamError(str(error)) from None
 
 
 def choice_param(query: QueryDict, name: str, choices: tuple[str, ...]) -> str:
