@@ -28,7 +28,7 @@ from webapp.compare.page_spec import (
     pool_policies,
 )
 from webapp.compare.selection import FILTERS, SelectionError, select_runs, view_query
-from webapp.compare.spec import DEFAULT_TABLE_METRIC
+from webapp.compare.spec import DEFAULT_TABLE_METRIC, SpecError, bool_param
 from webapp.core.permissions import get_viewable, lab_ids
 from webapp.core.selectors import worker_status
 from webapp.core.services import lab_for_user
@@ -224,7 +224,8 @@ def _compare_page(
 ) -> HttpResponse:
     try:
         selection = select_runs(request.user, params)
-    except SelectionError as error:
+        log_y = bool_param(params, "log_y")  # "0" is a string, but no log scale
+    except (SelectionError, SpecError) as error:
         return render(
             request, "compare/compare.html", {"error": str(error), "saved": saved}, status=400
         )
@@ -254,6 +255,7 @@ def _compare_page(
         "summary_metric": DEFAULT_TABLE_METRIC,
         "chosen_policies": params.getlist("policy"),
         "params": params,
+        "log_y": log_y,
         "presets": PRESETS,
         "group_by_choices": GROUP_BY_CHOICES,
         "x_choices": X_CHOICES,

@@ -92,6 +92,23 @@ def test_the_figure_legends_name_the_grouping_key(logged_in: Client, alice: User
     assert {row[1] for row in rows[1:]} == {"0.05", "0.5"}
 
 
+def test_the_log_scale_box_shows_the_links_log_y_and_a_bad_one_says_so(
+    logged_in: Client, alice: User
+) -> None:
+    """A link's ``log_y=0`` (as a saved comparison's query writes it) leaves the box
+    unchecked: the page's script draws what the box says, and it had read any value,
+    "0" too, as checked."""
+    runs = lambda_runs(alice)
+    box = re.compile(r'<input type="checkbox" name="log_y"[^>]*>')
+    for value, checked in [("0", False), ("false", False), ("", False), ("1", True), ("on", True)]:
+        page = logged_in.get(reverse("compare:page"), query(runs, log_y=value))
+        assert page.status_code == 200
+        assert (" checked" in box.findall(page.content.decode())[0]) is checked, value
+    page = logged_in.get(reverse("compare:page"), query(runs, log_y="maybe"))
+    assert page.status_code == 400
+    assert "log_y: must be 1 or 0, not &#x27;maybe&#x27;" in page.content.decode()
+
+
 # --------------------------------------------------------------------------- 2. unknown ids
 
 
