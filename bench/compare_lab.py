@@ -166,14 +166,13 @@ def in_process(
         if index == len(sets):
             parts["cold"] = _parts_mean(spent, len(sets))
             spent.update(dict.fromkeys(spent, 0.0))
-        if cold_start is not None and name == "cold":
-            measured = dict(spent)
-            cold_start(build)  # its warm-up build is not measured
-            spent.update(measured)
-        elif cold_start is not None and index == len(sets):
-            measured = dict(spent)
-            for warm_up in sets:  # each cold start dropped the sets read before it
-                build(warm_up)
+        if cold_start is not None and index <= len(sets):
+            measured = dict(spent)  # the builds below are not measured
+            if name == "cold":
+                cold_start(build)
+            else:  # each cold start dropped the sets read before it
+                for warm_up in sets:
+                    build(warm_up)
             spent.update(measured)
         started = time.perf_counter()
         build(run_ids)
@@ -214,9 +213,12 @@ def over_http(
         compare_url = f"http://127.0.0.1:{port}/api/v1/compare"
         times: Passes = {"cold": [], "warm": []}
 
+        def ask(run_ids: list[int]) -> None:
+            session.get(compare_url, params=query(run_ids)).raise_for_status()
+
         def warm_up(run_ids: list[int]) -> None:
             for _ in range(4):
-                session.get(compare_url, params=query(run_ids)).raise_for_status()
+                ask(run_ids)
 
         warm_up(warm_up_set)
         for index, run_set in enumerate([*sets, *sets]):
@@ -224,9 +226,9 @@ def over_http(
                 cold_start(warm_up)
             elif cold_start is not None and index == len(sets):
                 for run_ids in sets:  # each cold start dropped the sets read before it
-                    session.get(compare_url, params=query(run_ids)).raise_for_status()
+                    ask(run_ids)
             started = time.perf_counter()
-            session.get(compare_url, params=query(run_set)).raise_for_status()
+            ask(run_set)
             times["cold" if index < len(sets) else "warm"].append(time.perf_counter() - started)
     finally:
         server.terminate()
