@@ -11,6 +11,7 @@ from mutual_rl_lab_client.errors import (
     LabError,
     LabUnreachable,
     NotFound,
+    OriginRefused,
     ServerError,
     Unauthorized,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "LabError",
     "LabUnreachable",
     "NotFound",
+    "OriginRefused",
     "ServerError",
     "Unauthorized",
 ]

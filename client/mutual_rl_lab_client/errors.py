@@ -69,4 +69,30 @@ class LabUnreachable(LabError):
     reason = "Unreachable"
 
 
+class OriginRefused(LabError):
+    """A URL outside the lab's origin (the scheme, host and port of the URL the ``Lab``
+    was made with), not requested: a redirect's target, a next page a reply names, or
+    not http(s) at all. Each request carries your token, so the client goes nowhere
+    else; if the lab has moved (to https, another name or port), make the ``Lab`` with
+    its new URL.
+
+    ``target``: where the URL would have gone (its origin, or why it has none);
+    ``lab_origin``: the lab's."""
+
+    reason = "Refused"
+
+    def __init__(
+        self, what: str, *, target: str, lab_origin: str, method: str = "GET", url: str = ""
+    ) -> None:
+        self.target = target
+        self.lab_origin = lab_origin
+        super().__init__(
+            f"{what} points to {target}, not to the lab's origin {lab_origin}: refused, so "
+            "that your token is not sent there (if the lab has moved, make the Lab with its "
+            "new URL)",
+            method=method,
+            url=url,
+        )
+
+
 ERRORS_BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound}

@@ -140,7 +140,7 @@ class Lab:
                 yield run
             if not reply.get("next") or (limit is not None and given >= limit):
                 return
-            reply = self.transport.get_url(reply["next"])
+            reply = self.transport.get_url(reply["next"], what="the reply's next page")
 
     def run_records(self, **arguments: Any) -> list[dict[str, Any]]:
         """:meth:`runs` as flat dicts (no pandas needed)."""
