@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from scheduler import slurm
 from scheduler.jobs import JobSpec, render_script
+from webapp.core.digits import INT64_DIGITS, ascii_digits, ascii_int
 
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -103,9 +104,10 @@ def log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
 
 def read_exit_code(spec: JobSpec) -> int | None:
     try:
-        return int(spec.exit_code_path.read_text().strip())
-    except (FileNotFoundError, ValueError):
+        text = spec.exit_code_path.read_text().strip()
+    except (FileNotFoundError, ValueError):  # ValueError: not UTF-8
         return None
+    return ascii_int(text, max_digits=9)
 
 
 # --- Slurm -------------------------------------------------------------------------------
@@ -204,7 +206,7 @@ class SlurmBackend:
             if len(parts) != 4 or parts[0] not in job_ids:
                 continue
             state = parts[1].split()[0] if parts[1] else "UNKNOWN"
-            code = int(parts[2].split(":")[0]) if parts[2][:1].isdigit() else None
+            code = ascii_digits(parts[2].split(":")[0], max_digits=9)
             job = slurm.SlurmJob(parts[0], "", state, "", parts[3], code, None)
             found[parts[0]] = slurm_job_status(job)
         return found
@@ -235,7 +237,7 @@ class LocalBackend:
         except (OSError, subprocess.SubprocessError) as exc:
             raise BackendError(f"could not start the local job: {exc}") from exc
         pid = out.stdout.strip()
-        if not pid.isdigit():
+        if ascii_digits(pid, max_digits=INT64_DIGITS) is None:
             raise BackendError(f"the local launcher printed {pid!r}, not a pid")
         (spec.log_path.parent / "pid").write_text(pid)
         return pid
@@ -272,9 +274,9 @@ class LocalBackend:
     def cancel(self, job_id: str, spec: JobSpec) -> None:
         """SIGTERM the job's process group until it is gone; SIGKILL after the grace."""
         (spec.log_path.parent / "cancelled").touch()
-        if not job_id.isdigit():
+        pgid = ascii_digits(job_id, max_digits=INT64_DIGITS)
+        if pgid is None:
             raise BackendError(f"not a local job id: {job_id!r}")
-        pgid = int(job_id)
         deadline = time.monotonic() + self.grace_s
         while group_members(pgid) and time.monotonic() < deadline:
             # Again each round: a child forked just after the first signal missed it.
@@ -295,7 +297,7 @@ class LocalBackend:
     @staticmethod
     def _alive(job_id: str, script: Path | None) -> bool:
         """Whether process ``job_id`` runs (and runs ``script``: pids get reused)."""
-        if not job_id.isdigit():
+        if ascii_digits(job_id, max_digits=INT64_DIGITS) is None:
             return False
         try:
             stat = Path(f"/proc/{job_id}/stat").read_text()
@@ -311,14 +313,15 @@ def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of process group ``pgid``."""
     members = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        pid = ascii_digits(entry, max_digits=INT64_DIGITS)
+        if pid is None:
             continue
         try:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[-1].split()
         except (FileNotFoundError, ProcessLookupError):
             continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry))
+        if fields[0] != "Z" and ascii_int(fields[2], max_digits=INT64_DIGITS) == pgid:
+            members.append(pid)
     return members
 
 

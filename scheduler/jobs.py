@@ -20,15 +20,16 @@ from trainer.mwra import PlacementPlan, SlurmRequest
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SLURM_WORD = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")  # partition, account, qos ("" = default)
-TIME_LIMIT = re.compile(r"^(\d{1,3}-)?\d{1,3}:[0-5]\d:[0-5]\d$")  # [D-]HH:MM:SS
+TIME_LIMIT = re.compile(r"^(\d{1,3}-)?\d{1,3}:[0-5]\d:[0-5]\d$", re.ASCII)  # [D-]HH:MM:SS
 PATH = re.compile(r"^/[A-Za-z0-9_./+-]{0,1000}$")  # absolute, no spaces or shell syntax
-URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9_./-]*)?$")
-CUDA_DEVICES = re.compile(r"^(\d{1,2}(,\d{1,2})*)?$")
+URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9_./-]*)?$", re.ASCII)
+CUDA_DEVICES = re.compile(r"^(\d{1,2}(,\d{1,2})*)?$", re.ASCII)
+# \d is ASCII 0-9 in these (re.ASCII): a job script holds no other digits.
 # A policy's share of its devices' memory, in (0, 1] with at most 4 decimals ("0.45",
 # "1"); "" for none (no cap). MWRA rounds fractions down to 4 decimals.
-MEMORY_FRACTION = re.compile(r"^(0\.(?!0*$)\d{1,4}|1(\.0{1,4})?)?$")
+MEMORY_FRACTION = re.compile(r"^(0\.(?!0*$)\d{1,4}|1(\.0{1,4})?)?$", re.ASCII)
 FRACTION_DECIMALS = 4
-EVAL_STEPS = re.compile(r"^(final|all|none|\d{1,9}(,\d{1,9}){0,99})$")
+EVAL_STEPS = re.compile(r"^(final|all|none|\d{1,9}(,\d{1,9}){0,99})$", re.ASCII)
 
 # Seconds before the time limit at which Slurm signals the batch shell (USR1): the
 # trainer checkpoints at the end of its step and the script requeues the job.

@@ -25,6 +25,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from webapp.core.digits import INT64_DIGITS, ascii_digits
+
 ENV_VAR = "MRL_WORKER_LIVENESS_FILE"
 """The file a worker beats in; unset: the worker beats nowhere."""
 BEAT_SECONDS = 5.0
@@ -56,10 +58,8 @@ def read(path: Path) -> Beat | None:
         at = path.stat().st_mtime
     except OSError:
         return None
-    try:
-        return Beat(pid=int(text.strip()), at=at)
-    except ValueError:
-        return None
+    pid = ascii_digits(text.strip(), max_digits=INT64_DIGITS)
+    return None if pid is None else Beat(pid=pid, at=at)
 
 
 @dataclass(frozen=True)

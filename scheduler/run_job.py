@@ -17,6 +17,7 @@ from scheduler.backends import Backend, JobStatus, backend_named, log_tail, read
 from scheduler.jobs import PATH, JobSpec, JobSpecError, placement_fields
 from trainer.mwra import PlacementPlan
 from trainer.rendezvous import read_worker_records
+from webapp.core.digits import ascii_digits
 from webapp.runs import services
 from webapp.runs.models import Run
 
@@ -186,9 +187,11 @@ def _task_ranks(tasks: str) -> list[int]:
     """srun's task list (``1``, ``0-2``, ``0,3``) as ranks."""
     ranks: list[int] = []
     for part in tasks.split(","):
-        first, _, last = part.partition("-")
-        if first.isdigit() and (not last or last.isdigit()):
-            ranks += range(int(first), int(last or first) + 1)
+        first_text, _, last_text = part.partition("-")
+        first = ascii_digits(first_text, max_digits=6)
+        last = ascii_digits(last_text, max_digits=6) if last_text else first
+        if first is not None and last is not None:
+            ranks += range(first, last + 1)
     return ranks
 
 

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from webapp.core.digits import INT64_DIGITS, ascii_digits
+
 # States in which Slurm will not touch the job again.
 TERMINAL_STATES = frozenset(
     {
@@ -152,7 +154,7 @@ def sbatch(script: Path, *, args: Sequence[str] = (), timeout: float = 30.0) -> 
     """Submit ``script`` with ``sbatch --parsable`` and return the job id."""
     out = _run(["sbatch", "--parsable", *args, str(script)], timeout=timeout).strip()
     job_id = out.split(";", 1)[0]  # "<id>" or "<id>;<cluster>"
-    if not job_id.isdigit():
+    if ascii_digits(job_id, max_digits=INT64_DIGITS) is None:
         raise SlurmError(f"sbatch printed {out!r}, not a job id")
     return job_id
 
@@ -164,6 +166,6 @@ def squeue(*, timeout: float = 30.0) -> dict[str, SlurmJob]:
 
 def scancel(job_id: str, *, timeout: float = 30.0) -> None:
     """Cancel job ``job_id``."""
-    if not job_id.isdigit():
+    if ascii_digits(job_id, max_digits=INT64_DIGITS) is None:
         raise SlurmError(f"not a Slurm job id: {job_id!r}")
     _run(["scancel", job_id], timeout=timeout)

@@ -366,6 +366,7 @@ PURE_MODULES = (
     "webapp.compare.significance",
     "webapp.compare.stats",
     "webapp.core.csv_safe",
+    "webapp.core.digits",
     "webapp.core.flags",
     "webapp.metrics.batch",
     "webapp.metrics.downsample",

@@ -339,10 +339,14 @@ TaskItems = list[Problem] | list[ChoiceItem]
 
 def load_suite(path: str | Path) -> SuiteConfig:
     """The suite in ``path`` (relative task paths against its directory); a missing file
-    is an :class:`EvalError`, a bad one a :class:`ConfigError` naming the fields."""
+    or one that is no regular file (``/dev/zero``, a FIFO, a directory: never opened, as
+    reading one may not end) is an :class:`EvalError`, a bad one a :class:`ConfigError`
+    naming the fields."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise EvalError(f"suite file {path} does not exist")
+    if not path.is_file():
+        raise EvalError(f"suite file {path} is not a regular file; give a suite JSON file")
     return SuiteConfig.from_file(path)
 
 

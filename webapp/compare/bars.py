@@ -43,6 +43,7 @@ from trainer.stats import relative_improvement
 from webapp.compare.assemble import Group, ids_text
 from webapp.compare.spec import ComparisonSpec, SpecError
 from webapp.compare.stats import aggregate, mean_std_n
+from webapp.core.digits import ascii_digits
 
 VIEWS = ("curves", "tasks", "relative", "significance")
 BAR_VIEWS = ("tasks", "relative", "significance")
@@ -109,7 +110,8 @@ class BarOptions:
         given = any(value.strip() for value in query.getlist("metric"))
         metrics = spec.metrics if given else (RELATIVE_DEFAULT_METRIC,)
         raw_step = (query.get("sig_step", "") or "").strip()
-        if raw_step and not (raw_step.isdigit() and len(raw_step) <= MAX_STEP_DIGITS):
+        sig_step = ascii_digits(raw_step, max_digits=MAX_STEP_DIGITS) if raw_step else None
+        if raw_step and sig_step is None:
             raise SpecError(f"sig_step: a step (an integer >= 0), not {raw_step[:40]!r}")
         return cls(
             view=view,
@@ -117,7 +119,7 @@ class BarOptions:
             score=score,
             baseline=baseline,
             metrics=metrics,
-            sig_step=int(raw_step) if raw_step else None,
+            sig_step=sig_step,
         )
 
     def query_pairs(self) -> list[tuple[str, str]]:

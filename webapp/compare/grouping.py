@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from trainer.regimes import regime_names
+from webapp.core.digits import ascii_digits
 
 MISSING = "(missing)"
 EXPERIMENT = "experiment"
@@ -45,8 +46,10 @@ def config_value(config: Any, path: str) -> Any:
     for part in path.split("."):
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
+        elif isinstance(node, list) and (index := ascii_digits(part, max_digits=9)) is not None:
+            if index >= len(node):
+                return _absent
+            node = node[index]
         else:
             return _absent
     return node

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import QueryDict
 
+from webapp.core.digits import INT64_DIGITS, ascii_digits
 from webapp.runs.models import Run
 from webapp.runs.permissions import visible_runs
 
@@ -58,10 +59,11 @@ class Selection:
 
 
 def _int_list(text: str, name: str) -> list[int]:
-    try:
-        return [int(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise SelectionError(f"{name}: expected comma-separated run ids, got {text!r}") from None
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    ids = [ascii_digits(item, max_digits=INT64_DIGITS) for item in items]
+    if None in ids:
+        raise SelectionError(f"{name}: expected comma-separated run ids, got {text[:80]!r}")
+    return [run_id for run_id in ids if run_id is not None]
 
 
 def select_runs(user: AbstractBaseUser | AnonymousUser, params: QueryDict) -> Selection:
@@ -72,10 +74,9 @@ def select_runs(user: AbstractBaseUser | AnonymousUser, params: QueryDict) -> Se
     ids: list[int] = []
     sweep_id: int | None = None
     if params.get("sweep"):
-        try:
-            sweep_id = int(params["sweep"])
-        except ValueError:
-            raise SelectionError(f"sweep: not an id: {params['sweep']!r}") from None
+        sweep_id = ascii_digits(params["sweep"].strip(), max_digits=INT64_DIGITS)
+        if sweep_id is None:
+            raise SelectionError(f"sweep: not an id: {params['sweep'][:40]!r}")
         queryset = queryset.filter(experiment__sweep_id=sweep_id)
         description = f"sweep #{sweep_id}"
     elif params.get("runs") or params.getlist("run"):

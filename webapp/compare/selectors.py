@@ -75,6 +75,7 @@ from webapp.compare.models import SavedComparison
 from webapp.compare.significance import Significance, significance_rows, step_notes
 from webapp.compare.spec import ComparisonSpec, SpecError
 from webapp.compare.stats import RunSummary
+from webapp.core.digits import INT64_DIGITS, ascii_digits
 from webapp.core.permissions import lab_ids
 from webapp.metrics import retention, series_packs, series_rollups
 from webapp.metrics.models import MetricPoint, MetricSeries
@@ -89,8 +90,9 @@ def saved_comparison_visible(user: AbstractBaseUser | AnonymousUser, ref: str) -
     or its id) if it is of one of ``user``'s labs; :class:`Http404` otherwise."""
     visible = SavedComparison.objects.filter(lab_id__in=lab_ids(user)).select_related("owner")
     saved = visible.filter(slug=ref).first()
-    if saved is None and ref.isdigit() and len(ref) < 19:
-        saved = visible.filter(pk=int(ref)).first()
+    saved_id = ascii_digits(ref, max_digits=INT64_DIGITS)
+    if saved is None and saved_id is not None:
+        saved = visible.filter(pk=saved_id).first()
     if saved is None:
         raise Http404("no such saved comparison")
     return saved

@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 from trainer import metrics as m
 from webapp.compare.grouping import EXPERIMENT, GROUP_BY_PATTERN
 from webapp.compare.stats import BANDS
+from webapp.core.digits import PARAM_DIGITS, ascii_digits, ascii_int
 from webapp.core.flags import flag_value
 
 if TYPE_CHECKING:  # a QueryDict's reading methods only: no Django at run time
@@ -147,9 +148,10 @@ def _run_ids(query: QueryDict) -> tuple[int, ...]:
             item = item.strip()
             if not item:
                 continue
-            if not item.isdigit() or len(item) > 12:
+            run_id = ascii_digits(item, max_digits=12)
+            if run_id is None:
                 raise SpecError(f"runs: expected comma-separated run ids, got {item[:40]!r}")
-            ids.add(int(item))
+            ids.add(run_id)
     if len(ids) > MAX_RUNS:
         raise SpecError(f"runs: at most {MAX_RUNS} runs, not {len(ids)}")
     return tuple(sorted(ids))
@@ -169,10 +171,10 @@ def _int(query: QueryDict, name: str, default: int) -> int:
     raw = query.get(name, "").strip()
     if raw == "":
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SpecError(f"{name}: must be an integer, not {raw[:40]!r}") from None
+    number = ascii_int(raw, max_digits=PARAM_DIGITS)
+    if number is None:
+        raise SpecError(f"{name}: must be an integer, not {raw[:40]!r}")
+    return number
 
 
 def bool_param(query: QueryDict, name: str) -> bool:

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from scheduler.launch import sweep_launch
 from trainer import metrics as m
@@ -112,7 +112,7 @@ GROUP_BY_CHOICES = ("regime", "off_policy", "experiment", "seed")
 
 # --- sweeps ----------------------------------------------------------------------------
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def sweep_create(request: HttpRequest, pk: int) -> HttpResponse:
     """A grid over experiment ``pk``'s pool; any lab member may sweep (they own it)."""
     source = get_viewable(request.user, Experiment.objects.all(), pk)
@@ -186,7 +186,7 @@ def _sweep_sizes_refusal(size: SweepSize | None, checked: str) -> str:
 
 
 @login_required
-@require_GET
+@require_safe
 def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     sweep = get_viewable_sweep(request, pk)
     experiments = list(sweep.experiments.prefetch_related("runs").order_by("id"))
@@ -205,7 +205,7 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_safe
 def sweep_list(request: HttpRequest) -> HttpResponse:
     sweeps = Sweep.objects.filter(lab_id__in=lab_ids(request.user)).select_related("owner")
     return render(request, "compare/sweep_list.html", {"sweeps": sweeps[:200]})
@@ -280,7 +280,7 @@ def _compare_page(
 
 
 @login_required
-@require_GET
+@require_safe
 def compare(request: HttpRequest) -> HttpResponse:
     params = request.GET.copy()
     preset = PRESETS.get(params.get("preset", ""))
@@ -316,7 +316,7 @@ def comparison_save(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_safe
 def comparison_saved(request: HttpRequest, slug: str) -> HttpResponse:
     saved = SavedComparison.objects.filter(slug=slug, lab_id__in=lab_ids(request.user)).first()
     if saved is None:
@@ -325,7 +325,7 @@ def comparison_saved(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_safe
 def comparison_list(request: HttpRequest) -> HttpResponse:
     saved = SavedComparison.objects.filter(lab_id__in=lab_ids(request.user)).select_related("owner")
     return render(request, "compare/comparison_list.html", {"comparisons": saved[:200]})

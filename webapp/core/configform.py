@@ -49,6 +49,7 @@ from trainer.config import (
 )
 from trainer.regimes import regime_spec, regimes
 from trainer.regimes import section_names as regime_section_names
+from webapp.core.digits import INT64_DIGITS, ascii_int
 
 _ONE_OF = re.compile(r"^One of (\(.*\))$")
 _ONE_OF_ANYWHERE = re.compile(r"One of (\([^()]*\))")
@@ -272,12 +273,12 @@ class CommaListField(forms.CharField):
         if any(not part for part in parts):
             raise ValidationError("remove the empty item between two commas", code="blank_item")
         if self.item is int:
-            try:
-                return [int(part) for part in parts]
-            except ValueError:
+            numbers = [ascii_int(part, max_digits=INT64_DIGITS) for part in parts]
+            if any(number is None for number in numbers):
                 raise ValidationError(
                     "use whole numbers separated by commas, e.g. 1, 2, 3", code="not_int"
-                ) from None
+                )
+            return numbers
         return parts
 
     def prepare_value(self, value: Any) -> Any:

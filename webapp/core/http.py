@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 
+from webapp.core.digits import PARAM_DIGITS, ascii_int
 from webapp.core.flags import flag_value
 from webapp.core.services import personal_token_authenticate
 
@@ -80,27 +81,43 @@ def json_error(message: str, status: int, headers: dict[str, str] | None = None)
 
 
 def allow_methods(*methods: str) -> Callable[[View], View]:
-    """405 JSON (with ``Allow``) for any other method; JSON 404 for ``Http404``."""
+    """405 JSON (with ``Allow``) for any other method; JSON 404 for ``Http404``. A view that
+    allows GET allows HEAD too (RFC 9110: the GET's status and headers, no body)."""
+    allowed = (*methods, "HEAD") if "GET" in methods and "HEAD" not in methods else methods
 
     def decorator(view: View) -> View:
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if request.method not in methods:
+            if request.method not in allowed:
                 return json_error(
-                    f"method {request.method} not allowed; use {', '.join(methods)}",
+                    f"method {request.method} not allowed; use {', '.join(allowed)}",
                     405,
-                    headers={"Allow": ", ".join(methods)},
+                    headers={"Allow": ", ".join(allowed)},
                 )
             try:
-                return view(request, *args, **kwargs)
+                response = view(request, *args, **kwargs)
             except Http404:
-                return json_error("no such run", 404)
+                response = json_error("no such run", 404)
             except ParamError as exc:
-                return json_error(str(exc), 400)
+                response = json_error(str(exc), 400)
+            return without_body(response) if request.method == "HEAD" else response
 
         return wrapper
 
     return decorator
+
+
+def without_body(response: HttpResponse) -> HttpResponse:
+    """``response`` for a HEAD: its status and headers (``Content-Length`` the GET's),
+    no body. The WSGI servers drop a HEAD's body too; this keeps it off the wire
+    whatever serves the app."""
+    if response.streaming:  # its iterator is closed with the response, never run
+        response.streaming_content = []
+        return response
+    length = len(response.content)
+    response.content = b""
+    response["Content-Length"] = str(length)
+    return response
 
 
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -128,7 +145,7 @@ def login_required_json(view: View) -> View:
             if request.method not in READ_METHODS:
                 return json_error("a personal token only reads (GET)", 403)
             request.user = record.user
-            request.personal_token = record  # type: ignore[attr-defined]
+            request.personal_token = record
         elif not request.user.is_authenticated:
             return json_error("log in first", 401)
         return view(request, *args, **kwargs)
@@ -155,10 +172,9 @@ def int_param(
     raw = query.get(name, "")
     if raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ParamError(f"{name}: must be an integer, not {raw[:40]!r}") from None
+    value = ascii_int(raw.strip(), max_digits=PARAM_DIGITS)
+    if value is None:
+        raise ParamError(f"{name}: must be an integer, not {raw[:40]!r}")
     if value < low or (high is not None and value > high):
         bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
         raise ParamError(f"{name}: must be {bounds}, not {value}")

@@ -5,7 +5,11 @@ process must never be made to read something it should not (a device, a FIFO, it
 database) or to read without end. Every such path goes through :func:`locate` (and
 :func:`read_bytes` / :func:`open_regular` when its content is needed), which:
 
-1. refuses a path that is not one absolute line of at most :data:`MAX_PATH` characters;
+1. refuses a path that is not one absolute line of at most :data:`MAX_PATH` characters,
+   and one in the kernel's trees (:data:`SYSTEM_TREES`: ``/proc``, ``/sys``, ``/dev``),
+   judged by the path as given (``..`` folded) before anything is looked at, and again by
+   its real path (a symlink to ``/proc/kmsg``): such a file may block a reader or answer
+   without end, and none is a data file;
 2. resolves it to its real path (symlinks and ``..`` followed; nothing is opened) and
    requires that to lie inside the allowed directories (``MRL_TASK_DATA_DIRS``), when the
    deployment lists some;
@@ -19,10 +23,10 @@ database) or to read without end. Every such path goes through :func:`locate` (a
 5. opens it ``O_RDONLY | O_NONBLOCK | O_NOFOLLOW`` and checks, on the open descriptor,
    that it is still that regular file; reads are bounded in bytes and in time.
 
-Steps 2 and 3, and a path that does not exist or cannot be read, give one message
-(:func:`unavailable`): a user learns nothing about files outside the data directories,
-not even whether they exist. Pure over the filesystem apart from :func:`data_policy`,
-which reads the settings.
+Steps 2 and 3, the kernel's trees, and a path that does not exist or cannot be read,
+give one message (:func:`unavailable`): a user learns nothing about files outside the
+data directories, not even whether they exist. Pure over the filesystem apart from
+:func:`data_policy`, which reads the settings.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ MAX_PATH = 1000
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
 """A SQLite database's own files: the database, its WAL, shared memory and journal."""
 CHUNK = 1 << 16
+SYSTEM_TREES = ("/proc", "/sys", "/dev")
+"""The kernel's file trees: never a data file; ``/proc/kmsg`` blocks a reader (and is the
+kernel log to root), ``/proc/self/mem`` is the process's memory."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,8 @@ def locate(
     problem = path_text_problem(path)
     if problem:
         raise ServerFileError(problem, code="bad_path")
+    if in_system_tree(path):
+        raise unavailable(path, kind, policy)
     real = os.path.realpath(path)
     info = _allowed_stat(real, policy)
     if info is not None and stat.S_ISDIR(info.st_mode) and directory_file is not None:
@@ -302,10 +311,19 @@ def _inside(real: str, directory: str) -> bool:
     return real == directory or real.startswith(directory.rstrip("/") + "/")
 
 
+def in_system_tree(path: str) -> bool:
+    """Whether the absolute ``path`` (``..`` and ``//`` folded, nothing looked at) lies in
+    one of :data:`SYSTEM_TREES`."""
+    folded = "/" + os.path.normpath(path).lstrip("/")
+    return any(_inside(folded, tree) for tree in SYSTEM_TREES)
+
+
 def _allowed_stat(real: str, policy: ReadPolicy) -> os.stat_result | None:
-    """``stat`` of ``real`` if it is inside the roots and none of the app's own; None
-    otherwise (or when it does not exist). The place is judged before the file is
-    looked at, so nothing is learnt about a path outside."""
+    """``stat`` of ``real`` if it is inside the roots, outside the kernel's trees and none
+    of the app's own; None otherwise (or when it does not exist). The place is judged
+    before the file is looked at, so nothing is learnt about a path outside."""
+    if in_system_tree(real):
+        return None
     if policy.roots and not any(_inside(real, root) for root in policy.roots):
         return None
     if real in policy.protected_files or any(

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
+from webapp.core.digits import INT64_DIGITS, ascii_digits
 from webapp.core.forms import PersonalTokenForm
 from webapp.core.models import PersonalToken
 from webapp.core.services import (
@@ -28,15 +29,17 @@ from webapp.core.services import (
 
 @never_cache
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def api_tokens(request: HttpRequest) -> HttpResponse:
     """GET: the list and the form. POST ``name=``: a new token, shown once. POST
     ``revoke=<id>``: that token of the user's stops working."""
     form = PersonalTokenForm(request.POST if "name" in request.POST else None)
     secret = ""
     if request.method == "POST" and "revoke" in request.POST:
-        raw = request.POST["revoke"]
-        revoked = raw.isdigit() and personal_token_revoke(user=request.user, token_id=int(raw))
+        token_id = ascii_digits(request.POST["revoke"], max_digits=INT64_DIGITS)
+        revoked = token_id is not None and personal_token_revoke(
+            user=request.user, token_id=token_id
+        )
         if revoked:
             messages.success(request, "Token revoked: it authenticates nothing from now on.")
         else:

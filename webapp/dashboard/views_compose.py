@@ -18,6 +18,7 @@ from django.views.decorators.http import require_http_methods
 
 from scheduler.jobs import placement_json, sbatch_args
 from webapp.core import permissions
+from webapp.core.digits import INT64_DIGITS, ascii_digits
 from webapp.core.models import Lab
 from webapp.core.services import lab_for_user
 from webapp.metrics.step_rates import measured_step_rate
@@ -31,7 +32,7 @@ SAVE, PREVIEW, IMPORT = "save", "preview", "import"
 
 # --- experiments --------------------------------------------------------------------------
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def experiment_create(request: HttpRequest) -> HttpResponse:
     """A new experiment; ``?from=<pk>`` starts from a copy of another one (a new draft)."""
     lab = lab_for_user(request.user)  # 403 for someone in no lab
@@ -58,7 +59,7 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def experiment_edit(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = permissions.get_editable(request.user, Experiment.objects, pk)
     if request.method == "POST" and request.POST.get("action") == IMPORT:
@@ -103,9 +104,10 @@ def _clone_source(request: HttpRequest) -> Experiment | None:
     raw = request.GET.get("from") or request.POST.get("cloned_from") or ""
     if not raw:
         return None
-    if not (raw.isascii() and raw.isdigit()):  # "²".isdigit(), but int("²") fails
+    experiment_id = ascii_digits(raw, max_digits=INT64_DIGITS)
+    if experiment_id is None:
         raise Http404("no such experiment")
-    return permissions.get_viewable(request.user, Experiment.objects, int(raw))
+    return permissions.get_viewable(request.user, Experiment.objects, experiment_id)
 
 
 def _import(request: HttpRequest, *, lab: Lab, experiment: Experiment | None) -> HttpResponse:

@@ -16,7 +16,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from scheduler import launch
 from scheduler.backends import log_tail
@@ -55,7 +55,7 @@ def _query_without_page(request: HttpRequest) -> str:
 
 # --- experiments -----------------------------------------------------------------------
 @login_required
-@require_GET
+@require_safe
 def experiment_list(request: HttpRequest) -> HttpResponse:
     form = experiment_filter_form(request.GET or None)
     page = _page(request, experiments_for_list(request.user, form.filters()))
@@ -64,7 +64,7 @@ def experiment_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_safe
 def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = get_viewable(request.user, Experiment.objects.select_related("owner"), pk)
     context = {
@@ -123,7 +123,7 @@ fit a laptop's window."""
 
 
 @login_required
-@require_GET
+@require_safe
 def run_list(request: HttpRequest) -> HttpResponse:
     form = run_filter_form(request.GET or None)
     page = _page(request, runs_for_list(request.user, form.filters()))
@@ -138,7 +138,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_safe
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_viewable(request.user, Run.objects.select_related("experiment__owner"), pk)
     page_config = {
@@ -256,7 +256,7 @@ def run_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_safe
 def run_log(request: HttpRequest, pk: int) -> JsonResponse:
     """The tail of the job's stdout/stderr, for the run page (shown as text, never HTML)."""
     run = get_viewable(request.user, Run.objects.select_related("experiment"), pk)

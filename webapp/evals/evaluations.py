@@ -18,7 +18,7 @@ from webapp.evals.models import Evaluation
 from webapp.metrics.models import MetricPoint
 from webapp.runs.models import Run
 
-CHECKPOINT_DIR = re.compile(r"^step_(\d{1,9})$")
+CHECKPOINT_DIR = re.compile(r"^step_(\d{1,9})$", re.ASCII)
 STATE_FILE = "state.json"
 EVAL_KEY = re.compile(r"^eval/(?P<suite>[^/]+)/(?P<task>[^/]+)/(?P<metric>accuracy|n)$")
 BASE_STEP = 0

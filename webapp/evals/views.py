@@ -10,11 +10,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from scheduler import evaluations as jobs
 from scheduler.backends import log_tail
 from scheduler.jobs import JobSpecError
+from webapp.core.digits import INT64_DIGITS, ascii_digits
 from webapp.core.permissions import can_edit, get_editable, get_viewable
 from webapp.evals.evaluations import checkpoint_steps, results_json, results_table, steps_label
 from webapp.evals.forms import EvaluateForm
@@ -55,7 +56,7 @@ def run_evaluate(request: HttpRequest, pk: int) -> HttpResponse:
 
 @never_cache
 @login_required
-@require_GET
+@require_safe
 def run_evaluations(request: HttpRequest, pk: int) -> JsonResponse:
     """The panel's data: the run's evaluation jobs (newest first) and results per suite."""
     run = get_viewable(request.user, Run.objects.select_related("experiment"), pk)
@@ -97,9 +98,10 @@ def experiment_auto_eval(request: HttpRequest, pk: int) -> HttpResponse:
     chosen = request.POST.get("suite", "").strip()
     suite = None
     if chosen:
+        suite_id = ascii_digits(chosen, max_digits=INT64_DIGITS)
         suite = (
-            EvalSuite.objects.filter(lab=experiment.lab_id, pk=chosen).first()
-            if chosen.isdigit()
+            EvalSuite.objects.filter(lab=experiment.lab_id, pk=suite_id).first()
+            if suite_id is not None
             else None
         )
         if suite is None:
@@ -130,7 +132,7 @@ def evaluation_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 @never_cache
 @login_required
-@require_GET
+@require_safe
 def evaluation_log(request: HttpRequest, pk: int) -> JsonResponse:
     """The tail of the evaluation job's output (shown as text, never HTML)."""
     evaluation = get_viewable(

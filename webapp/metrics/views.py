@@ -29,6 +29,7 @@ from trainer.wire import (
     event_kind_names,
     event_kinds,
 )
+from webapp.core.digits import ascii_digits
 from webapp.core.http import (
     ParamError,
     allow_methods,
@@ -64,9 +65,9 @@ DEFAULT_SUMMARY_BUCKETS, MAX_SUMMARY_BUCKETS = 50, 1000
 
 def read_body(request: HttpRequest, limit: int) -> bytes:
     """The request body, or :class:`BatchError` (413) when it is longer than ``limit``."""
-    declared = request.META.get("CONTENT_LENGTH") or "0"
-    if declared.isdigit() and int(declared) > limit:
-        raise BatchError(f"body: {int(declared)} bytes; at most {limit} per batch", 413)
+    declared = ascii_digits(request.META.get("CONTENT_LENGTH") or "0", max_digits=30)
+    if declared is not None and declared > limit:
+        raise BatchError(f"body: {declared} bytes; at most {limit} per batch", 413)
     chunks, size = [], 0
     try:
         while size <= limit:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, StreamingHttpResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from trainer.metrics import POOL, policy_label
 from webapp.core.csv_safe import SafeWriter
@@ -98,7 +98,7 @@ def _run_rows(series: Sequence[MetricSeries]) -> Iterator[tuple[str, str, int, s
 
 
 @login_required
-@require_GET
+@require_safe
 def run_curves_csv(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     """Every point of every series of the run: ``key,policy,step,value``."""
     run = _viewable_run(request, pk)
@@ -108,7 +108,7 @@ def run_curves_csv(request: HttpRequest, pk: int) -> StreamingHttpResponse:
 
 
 @login_required
-@require_GET
+@require_safe
 def run_metric_csv(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     """Every point of one metric (``?key=K``), all policies: ``step,policy,value``; 404
     for a key the run has no series of."""

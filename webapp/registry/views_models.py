@@ -26,7 +26,7 @@ def model_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def model_create(request: HttpRequest) -> HttpResponse:
     lab = lab_for_user(request.user)
     form = ModelEntryForm(request.POST or None, lab=lab)
@@ -38,7 +38,7 @@ def model_create(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def model_edit(request: HttpRequest, pk: int) -> HttpResponse:
     entry = permissions.get_editable(request.user, ModelEntry.objects, pk)
     form = ModelEntryForm(request.POST or None, instance=entry, lab=entry.lab)
@@ -50,7 +50,7 @@ def model_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def model_delete(request: HttpRequest, pk: int) -> HttpResponse:
     """GET asks for confirmation; POST (with the CSRF token) deletes."""
     entry = permissions.get_editable(request.user, ModelEntry.objects, pk)

@@ -15,7 +15,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_http_methods, require_safe
 
 from scheduler.dispatch import enqueue_file_checks
 from trainer.evals.suite import TASK_TYPES
@@ -32,7 +32,7 @@ RECENT_EVALUATIONS = 20
 
 
 @login_required
-@require_GET
+@require_safe
 def suite_list(request: HttpRequest) -> HttpResponse:
     suites = visible_suites(request.user).select_related("owner", "lab")
     rows = []
@@ -51,7 +51,7 @@ def suite_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def suite_create(request: HttpRequest) -> HttpResponse:
     lab = lab_for_user(request.user)  # 403 for someone in no lab
     form = SuiteForm(request.POST or None, lab=lab)
@@ -65,7 +65,7 @@ def suite_create(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_safe
 def suite_detail(request: HttpRequest, pk: int) -> HttpResponse:
     suite = permissions.get_viewable(
         request.user, EvalSuite.objects.select_related("owner", "lab"), pk
@@ -89,7 +89,7 @@ def suite_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def suite_edit(request: HttpRequest, pk: int) -> HttpResponse:
     suite = permissions.get_editable(request.user, EvalSuite.objects, pk)
     form = SuiteForm(request.POST or None, lab=suite.lab, instance=suite)
@@ -101,7 +101,7 @@ def suite_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def suite_delete(request: HttpRequest, pk: int) -> HttpResponse:
     """GET asks for confirmation (saying who uses the suite); POST deletes."""
     suite = permissions.get_editable(request.user, EvalSuite.objects, pk)

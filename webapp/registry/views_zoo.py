@@ -24,10 +24,10 @@ from webapp.registry import zoo_builds
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 def zoo_build(request: HttpRequest) -> HttpResponse:
     """POST ``recipe``: build it into the zoo the runs read, unless it is being built
-    already; GET ``?recipe=``: how far its build is (JSON, for the page's script)."""
+    already; GET (or HEAD) ``?recipe=``: how far its build is (JSON, for the page's script)."""
     lab_for_user(request.user)  # 403 for someone in no lab
     recipe = (request.POST if request.method == "POST" else request.GET).get("recipe", "")
     if recipe not in ZOO_RECIPES:
@@ -43,7 +43,7 @@ def zoo_build(request: HttpRequest) -> HttpResponse:
             f" then `python -m trainer zoo build --recipe {recipe}`",
             content_type="text/plain; charset=utf-8",
         )
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         build = zoo_builds.load(recipe)
         return JsonResponse(build.as_json() if build else {"recipe": recipe, "state": "none"})
 

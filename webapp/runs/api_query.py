@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -39,6 +40,7 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from webapp.core.digits import INT64_DIGITS, ascii_digits, ascii_int
 from webapp.core.http import ParamError, int_param
 from webapp.core.permissions import AnyUser
 from webapp.runs.models import Experiment, Run
@@ -53,7 +55,18 @@ MAX_PATH_DEPTH = 8
 CONFIG_PREFIX = "config."
 CONFIG_OPERATORS = ("gt", "gte", "lt", "lte")
 PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+MAX_INDEX_DIGITS = 6
+"""A list index in a config path: at most this many digits (no config list is longer)."""
+INT64 = (-(2**63), 2**63 - 1)
+"""The integers a config filter compares with: what SQLite's INTEGER holds (a larger one
+is an OverflowError in the SQLite driver; PostgreSQL would compare it)."""
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+"""The moments a date filter takes: a day inside Python's datetime range on both sides, so
+that no offset or end-of-day step leaves it (``created_before=9999-12-31`` means before
+the day after, year 10000: an OverflowError)."""
+MAX_CURSOR = 200
+DATE_ONLY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 TEXT_FILTERS = {
     # parameter: (max length, the Run field it reads)
     "experiment_name": (64, "experiment__name"),
@@ -118,10 +131,9 @@ def _values(query: QueryDict, name: str, max_length: int) -> tuple[str, ...]:
 def _integers(query: QueryDict, name: str, low: int = 0) -> tuple[int, ...]:
     found = []
     for value in _values(query, name, 20):
-        try:
-            number = int(value)
-        except ValueError:
-            raise ParamError(f"{name}: must be an integer, not {value[:40]!r}") from None
+        number = ascii_int(value.strip(), max_digits=19)
+        if number is None:
+            raise ParamError(f"{name}: must be an integer, not {value[:40]!r}")
         if not low <= number <= 2**63 - 1:
             raise ParamError(f"{name}: must be in [{low}, 2**63 - 1], not {number}")
         found.append(number)
@@ -138,14 +150,14 @@ def _moment(query: QueryDict, name: str, *, end_of_day: bool) -> datetime | None
     if len(raw) > 40:
         raise ParamError(f"{name}: longer than 40 characters")
     try:
+        if not raw.isascii():  # Django's parsers read "٢٠٢٦" as 2026
+            raise ValueError(raw)
         day = parse_date(raw) if DATE_ONLY.match(raw) else None
         moment = None if day is not None else parse_datetime(raw)
     except ValueError:
         moment = day = None
     if moment is None and day is not None:
         moment = datetime.combine(day, time.min)
-        if end_of_day:
-            moment = datetime.fromordinal(day.toordinal() + 1)
     if moment is None:
         raise ParamError(
             f"{name}: an ISO 8601 date or date-time (2026-12-01, 2026-12-01T14:00:00Z), "
@@ -153,16 +165,63 @@ def _moment(query: QueryDict, name: str, *, end_of_day: bool) -> datetime | None
         )
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment, UTC)
+    try:
+        moment = moment.astimezone(UTC)  # 0001-01-01T00:00:00+01:00 is before year 1
+    except OverflowError:
+        moment = None
+    if moment is None or not EARLIEST <= moment <= LATEST:
+        raise ParamError(
+            f"{name}: a moment between {EARLIEST.date()} and {LATEST.date()}, not {raw[:40]!r}"
+        )
+    if day is not None and end_of_day:
+        moment += timedelta(days=1)
     return moment
 
 
 def config_value(raw: str) -> Any:
     """A config filter's value: JSON where it parses (``0.1``, ``true``, ``"12"``), else
-    the text itself (``sgt``)."""
+    the text itself (``sgt``; also ``NaN`` and ``Infinity``, which JSON has not)."""
     try:
-        return json.loads(raw)
-    except ValueError:
+        return json.loads(raw, parse_constant=_not_json)
+    except (ValueError, RecursionError):
         return raw
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def out_of_range_number(value: Any) -> bool:
+    """Whether ``value`` (a parsed filter value) holds a number no database compares: an
+    integer outside 64 bits or an infinite float (``1e400``), at any depth."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not INT64[0] <= value <= INT64[1]
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, list):
+        return any(out_of_range_number(item) for item in value)
+    if isinstance(value, dict):
+        return any(out_of_range_number(item) for item in value.values())
+    return False
+
+
+def path_segment_problem(part: str) -> str | None:
+    """Why ``part`` is no segment of a config path, or None. A segment is a key or a list
+    index (ASCII digits); Django reads any segment that ``int()`` takes as an index, so
+    ``-1`` (an error in SQLite's JSON path) or ``1_0`` is neither."""
+    if not PATH_SEGMENT.match(part):
+        return "letters, digits, '_' or '-'"
+    if ascii_digits(part, max_digits=64) is not None:
+        if ascii_digits(part, max_digits=MAX_INDEX_DIGITS) is None:
+            return f"a list index of at most {MAX_INDEX_DIGITS} digits"
+        return None
+    try:
+        int(part)
+    except ValueError:
+        return None
+    return "a key, or a list index 0, 1, 2..."
 
 
 def _config_condition(query: QueryDict, name: str) -> ConfigCondition:
@@ -174,14 +233,21 @@ def _config_condition(query: QueryDict, name: str) -> ConfigCondition:
             + ", ".join(f"__{o}" for o in CONFIG_OPERATORS)
         )
     path = tuple(dotted.split("."))
-    if len(path) > MAX_PATH_DEPTH or not all(PATH_SEGMENT.match(part) for part in path):
+    problems = [(part, why) for part in path if (why := path_segment_problem(part))]
+    if len(path) > MAX_PATH_DEPTH or problems:
+        detail = f" ({problems[0][0][:20]!r}: expected {problems[0][1]})" if problems else ""
         raise ParamError(
-            f"{name[:80]}: not a config path; use dotted names of the trainer config such as "
-            "config.sgt.lambda_sgt or config.pool.0.name"
+            f"{name[:80]}: not a config path{detail}; use dotted names of the trainer config "
+            "such as config.sgt.lambda_sgt or config.pool.0.name"
         )
     values = tuple(config_value(raw) for raw in _values(query, name, 200))
     if not values:
         raise ParamError(f"{name[:80]}: give a value")
+    if any(out_of_range_number(value) for value in values):
+        raise ParamError(
+            f"{name[:80]}: a number out of range; integers within 64 bits "
+            "(-2**63 to 2**63 - 1), finite decimals"
+        )
     if op != "exact":
         if len(values) != 1:
             raise ParamError(f"{name[:80]}: one value for a comparison")
@@ -237,7 +303,11 @@ def runs_matching(user: AnyUser, query: RunQuery) -> QuerySet[Run]:
         runs = runs.filter(pk__in=tagged.values("pk"))
     if query.labs:
         names = Q(experiment__lab__name__in=query.labs)
-        ids = [int(lab) for lab in query.labs if lab.isdigit() and len(lab) < 19]
+        ids = [
+            number
+            for lab in query.labs
+            if (number := ascii_digits(lab, max_digits=INT64_DIGITS)) is not None
+        ]
         runs = runs.filter(names | Q(experiment__lab_id__in=ids) if ids else names)
     if query.created_after is not None:
         runs = runs.filter(created_at__gte=query.created_after)
@@ -267,12 +337,19 @@ def cursor_encode(order: str, last_id: int) -> str:
 def cursor_decode(cursor: str, order: str) -> int:
     """The id after which the page starts; :class:`ParamError` for a cursor that is not
     one of ours, or was made for another order."""
+    foreign = ParamError("cursor: not a cursor of this API (take the reply's next link)")
+    if len(cursor) > MAX_CURSOR:
+        raise foreign
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         data = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        after, made_for = int(data["after"]), data["order"]
-    except (ValueError, TypeError, KeyError, UnicodeError):
-        raise ParamError("cursor: not a cursor of this API (take the reply's next link)") from None
+        after, made_for = data["after"], data["order"]
+    except (ValueError, TypeError, KeyError, UnicodeError, RecursionError):
+        raise foreign from None
+    # Ours holds an id: not a float (1e400 is infinity, and int() of it an OverflowError),
+    # not a bool, nothing outside the id column.
+    if type(after) is not int or not 0 <= after <= INT64[1] or made_for not in ORDERS:
+        raise foreign
     if made_for != order:
         raise ParamError(f"cursor: made for order={made_for}, not order={order}")
     return after

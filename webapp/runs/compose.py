@@ -38,6 +38,7 @@ from webapp.core.configform import (
     section_switch,
     section_title,
 )
+from webapp.core.digits import ascii_digits
 from webapp.core.models import Lab
 from webapp.registry.sources import ModelResolver, zoo_build_problem
 from webapp.registry.zoo_builds import zoo_root
@@ -531,8 +532,8 @@ class ExperimentComposer:
             if self.is_bound and form["DELETE"].value():
                 continue
             order = str(form["ORDER"].value() or "").strip()
-            sane = order.isascii() and order.isdigit() and len(order) <= 9
-            key = int(order) if sane else math.inf  # ORDER "x" or 10,000 digits: last
+            number = ascii_digits(order, max_digits=9)
+            key = math.inf if number is None else number  # ORDER "x" or 10,000 digits: last
             kept.append((key, index, form))
         return [form for _, _, form in sorted(kept, key=lambda item: item[:2])]
 

@@ -24,7 +24,7 @@ from trainer.tasks import Task, make_task
 
 log = logging.getLogger(__name__)
 
-GENERATED_ID = re.compile(r"^[a-z]+-(?P<step>\d{1,9})-(?P<index>\d{1,6})$")
+GENERATED_ID = re.compile(r"^[a-z]+-(?P<step>\d{1,9})-(?P<index>\d{1,6})$", re.ASCII)
 """A generated task's train id: ``<task>-<step>-<position in the step's batch>``."""
 MAX_SCAN = 1_000_000
 """A file task's train stream longer than this is not searched (a page read stays quick)."""

@@ -122,11 +122,12 @@ def test_devices_fifos_sockets_and_directories_are_refused_unopened(
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(tmp_path / "sock.json"))
     cases = {
-        "/dev/zero": "is a device, not a regular file",  # reading it never ends
-        "/dev/urandom": "is a device, not a regular file",
+        # The kernel's trees are refused by their path (issue 44): the one message.
+        "/dev/zero": UNAVAILABLE,  # reading it never ends
+        "/dev/urandom": UNAVAILABLE,
         str(fifo): "is a FIFO (named pipe), not a regular file",
         str(tmp_path / "sock.json"): "is a socket, not a regular file",
-        "/proc/self/fd/0": "not a regular file",
+        "/proc/self/fd/0": UNAVAILABLE,
     }
     post_suite(alice, suite_file=str(tmp_path / "warm-up.json"))  # templates, imports
     try:
@@ -301,7 +302,10 @@ def test_paths_outside_the_data_directories_get_one_message_through_every_route(
 
 
 # --- messages that say what is wrong, not what is there ------------------------------------------
-def test_no_value_read_from_a_file_reaches_a_message(lab: Lab, alice: User, data_dir: Path) -> None:
+def test_no_value_read_from_a_file_reaches_a_message(
+    lab: Lab, alice: User, data_dir: Path, settings: Any
+) -> None:
+    settings.TASK_DATA_DIRS = [str(data_dir)]  # the positions are said inside a data directory
     suite_files = {
         "keys.json": {"name": "s", "tasks": [], f"db_password_{SECRET}": SECRET},
         "task-key.json": {"name": "s", "tasks": [{"name": "t", SECRET: 1}]},
@@ -522,3 +526,102 @@ def test_a_config_json_that_is_a_fifo_or_huge_is_not_read(tmp_path: Path) -> Non
     for directory in (fifo_dir, huge_dir):
         counted, seconds, peak = timed(lambda directory=directory: parameter_count(str(directory)))
         assert counted.origin == "fallback" and seconds < 2 and peak < 1 << 20, directory
+
+
+# --- the kernel's trees (issue 44) ------------------------------------------------------------
+KERNEL_FILES = ("/proc/kmsg", "/proc/self/mem", "/proc/self/environ", "/sys/kernel/notes")
+"""Files that look regular to ``stat``: the kernel log (which blocks a reader, and root
+may read it), the process's memory and environment, a sysfs attribute."""
+
+
+def test_the_kernels_trees_are_refused_unopened_and_unstatted(
+    lab: Lab, alice: User, data_dir: Path
+) -> None:
+    for suffix in (".json", ".jsonl"):
+        (data_dir / f"kmsg{suffix}").symlink_to("/proc/kmsg")
+        (data_dir / f"mem{suffix}").symlink_to("/proc/self/mem")
+    post_suite(alice, suite_file=str(data_dir / "warm-up.json"))  # templates, imports
+    touched: list[str] = []
+    real_open, real_stat = os.open, os.stat
+
+    def watching_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        touched.append(os.path.realpath(path))
+        return real_open(path, *args, **kwargs)
+
+    def watching_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if isinstance(path, str | bytes | os.PathLike):
+            touched.append(os.path.realpath(path))
+        return real_stat(path, *args, **kwargs)
+
+    given = [
+        *KERNEL_FILES,
+        "/dev/zero",
+        "//proc/kmsg",
+        "/proc/../proc/self/mem",
+        f"{data_dir}/../../../../../../proc/kmsg",
+        str(data_dir / "kmsg.json"),
+        str(data_dir / "mem.json"),
+    ]
+    task_lines = [f"t math {data_dir / 'kmsg.jsonl'}", f"t math {data_dir / 'mem.jsonl'}"]
+    os.open = watching_open  # type: ignore[assignment]
+    os.stat = watching_stat  # type: ignore[assignment]
+    try:
+        seen = []
+        for path in given:
+            seen.append((path, form_errors(post_suite(alice, suite_file=path))))
+        for line in task_lines:
+            seen.append((line, form_errors(post_suite(alice, tasks=line))))
+    finally:
+        os.open = real_open  # type: ignore[assignment]
+        os.stat = real_stat  # type: ignore[assignment]
+    for path, errors in seen:
+        assert UNAVAILABLE in errors, (path, errors)
+    kernel = [path for path in touched if path.startswith(("/proc/", "/sys/", "/dev/"))]
+    assert not kernel, kernel
+    assert not EvalSuite.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "path", ["/proc", "/proc/kmsg", "//sys/x", "/dev/../dev/zero", "/a/../proc/self/mem"]
+)
+def test_a_path_in_the_kernels_trees_is_refused_as_given(path: str) -> None:
+    policy = make_policy([], ([], []))
+    with pytest.raises(ServerFileError) as refused:
+        locate(path, SUITE_FILE, policy)
+    assert refused.value.code == "unavailable"
+    assert server_files.in_system_tree(path)
+
+
+@pytest.mark.parametrize("path", ["/procfs/x.json", "/devices.json", "/data/proc/kmsg.json"])
+def test_a_path_that_only_looks_like_the_kernels_is_not_refused_for_it(path: str) -> None:
+    assert not server_files.in_system_tree(path)
+
+
+def test_a_file_that_is_no_suite_says_so_alone_outside_a_data_directory(
+    lab: Lab, alice: User, data_dir: Path, settings: Any
+) -> None:
+    """With no data directory set, any file the app can read may be named: its parse error
+    must say nothing of its content (a "line 1, column N" measured how long its
+    JSON-looking start was), so one message whatever the file holds."""
+    settings.TASK_DATA_DIRS = []
+    contents = {
+        "short.txt": b'{"a": 1}x',
+        "longer.txt": b'{"password": "' + SECRET.encode() + b'", "other": 12345}tail',
+        "prose.txt": b"root:x:0:0:root:/root:/bin/bash\n",
+        "binary.txt": b"\xff\xfe" + SECRET.encode(),
+        "list.txt": b"[1, 2, 3]",
+        "deep.txt": b"[" * 100_000,
+        "empty.txt": b"",
+    }
+    messages = set()
+    for name, content in contents.items():
+        (data_dir / name).write_bytes(content)
+        errors = form_errors(post_suite(alice, suite_file=str(data_dir / name)))
+        assert errors.startswith(f"{data_dir / name}: "), errors
+        messages.add(errors.removeprefix(f"{data_dir / name}: "))
+    assert messages == {"is not a suite file (a JSON object with name and tasks)"}
+
+    # Inside a declared data directory the position helps the author fix the file.
+    settings.TASK_DATA_DIRS = [str(data_dir)]
+    errors = form_errors(post_suite(alice, suite_file=str(data_dir / "short.txt")))
+    assert "is not valid JSON (line 1, column 9)" in errors, errors

@@ -188,7 +188,7 @@ def test_the_endpoint_says_whether_a_worker_is_online(client: Client, charlie: U
     assert fresh.json()["online"] is True and fresh.json()["message"] == ""
 
     wrong_method = client.post(url)
-    assert wrong_method.status_code == 405 and wrong_method["Allow"] == "GET"
+    assert wrong_method.status_code == 405 and wrong_method["Allow"] == "GET, HEAD"
     assert_reply_matches(wrong_method, "/api/v1/worker")
 
 

@@ -101,7 +101,7 @@ def test_post_is_not_allowed(client: Client, alice: User, filled: Run, name: str
     client.force_login(alice)
     response = client.post(reverse(name, args=[filled.pk]))
     assert response.status_code == 405
-    assert response["Allow"] == "GET"
+    assert response["Allow"] == "GET, HEAD"
 
 
 # --------------------------------------------------------------------------- series

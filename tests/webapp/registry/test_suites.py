@@ -453,8 +453,11 @@ def test_a_suite_files_name_clashing_is_refused_too(suite: EvalSuite, suite_json
     ],
 )
 def test_a_bad_suite_file_gets_a_message(
-    lab: Lab, alice: User, suite_json: Path, make: Any, fragment: str
+    lab: Lab, alice: User, suite_json: Path, make: Any, fragment: str, settings: Any
 ) -> None:
+    # A declared data directory: parse errors say where (outside one they say only "not a
+    # suite file": tests/webapp/core/test_hostile_server_files.py).
+    settings.TASK_DATA_DIRS = [str(suite_json.parent.parent)]
     typed = "larger multiple_choice /typed/by/hand.jsonl"
     value = make(suite_json.parent)
 

@@ -27,6 +27,7 @@ from trainer.evals.suite import TASK_TYPES, EvalTask, SuiteConfig
 from trainer.evals.synthetic import SUITE_FILE
 from trainer.tasks.loaders import DATA_SUFFIXES
 from webapp.core.configform import tag_fields
+from webapp.core.digits import ascii_int
 from webapp.core.models import Lab
 from webapp.core.server_files import SUITE_FILE as SUITE_FILE_KIND
 from webapp.core.server_files import ServerFileError, data_policy, read_bytes
@@ -81,9 +82,8 @@ def parse_task_lines(text: str) -> tuple[list[EvalTask], list[int], list[tuple[i
             continue
         limit: int | None = None
         if len(words) == 4:
-            try:
-                limit = int(words[3])
-            except ValueError:
+            limit = ascii_int(words[3], max_digits=9)
+            if limit is None:
                 errors.append(
                     (
                         number,
@@ -112,25 +112,41 @@ SUITE_FIELD_RULES = {
 never with what the file holds (it may be a file the user is not meant to see)."""
 
 
-def suite_file_problems(content: bytes) -> tuple[list[str], SuiteConfig | None]:
+NOT_A_SUITE_FILE = "is not a suite file (a JSON object with name and tasks)"
+
+
+def suite_file_problems(
+    content: bytes, *, in_data_dir: bool
+) -> tuple[list[str], SuiteConfig | None]:
     """The suite in a suite file's ``content``, or what is wrong with it: each problem
     names a place (``tasks[2].type``) and what belongs there, never a value or a key
-    read from the file."""
+    read from the file.
+
+    Where the file lies in a data directory the deployment declared (``in_data_dir``),
+    a parse error says where (line, column): the file is one users are meant to read.
+    Elsewhere (no data directories set: any readable file may be named) every file that
+    is no JSON object is :data:`NOT_A_SUITE_FILE` alone: a position or the kind of
+    error would tell how long the file's JSON-looking start is, or its encoding."""
     try:
         data = json.loads(content.decode("utf-8"))
     except UnicodeDecodeError:
-        return ["is not UTF-8 text, so not a suite JSON"], None
+        return [_parse_problem("is not UTF-8 text, so not a suite JSON", in_data_dir)], None
     except json.JSONDecodeError as exc:
-        return [f"is not valid JSON (line {exc.lineno}, column {exc.colno})"], None
+        where = f"is not valid JSON (line {exc.lineno}, column {exc.colno})"
+        return [_parse_problem(where, in_data_dir)], None
     except RecursionError:
-        return ["nests too deeply to be a suite JSON"], None
+        return [_parse_problem("nests too deeply to be a suite JSON", in_data_dir)], None
     if not isinstance(data, dict):
-        return ["must be a JSON object with name and tasks"], None
+        return [_parse_problem("must be a JSON object with name and tasks", in_data_dir)], None
     try:
         return [], SuiteConfig.from_dict(data)
     except ConfigError as exc:
         problems = sorted({_suite_file_problem(key) for key in exc.errors})
         return problems, None
+
+
+def _parse_problem(problem: str, in_data_dir: bool) -> str:
+    return problem if in_data_dir else NOT_A_SUITE_FILE
 
 
 def _suite_file_problem(key: str) -> str:
@@ -222,17 +238,19 @@ class SuiteForm(forms.Form):
         value = self.cleaned_data.get("suite_file", "").strip()
         if not value:
             return value
+        policy = data_policy()
         try:
             located, content = read_bytes(
                 value,
                 SUITE_FILE_KIND,
-                data_policy(),
+                policy,
                 timeout_s=SUITE_FILE_SECONDS,
                 directory_file=SUITE_FILE,
             )
         except ServerFileError as exc:
             raise ValidationError(exc.message, code=exc.code) from None
-        problems, suite = suite_file_problems(content)
+        # read_bytes read it from inside a root, if the deployment lists any.
+        problems, suite = suite_file_problems(content, in_data_dir=bool(policy.roots))
         if suite is None:
             raise ValidationError(
                 [ValidationError(f"{value}: {problem}") for problem in problems],

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 
 from trainer.config import NAME_PATTERN, OFF_POLICY, RunConfig
 from webapp.core.configform import ConfigForm, regime_choices
+from webapp.core.digits import ascii_digits
 from webapp.registry.forms.common import NAME_HELP, check_name
 
 MAX_SEEDS = 32
@@ -31,10 +32,10 @@ def parse_seeds(text: str) -> list[int]:
     big: list[int] = []
     duplicates: list[int] = []
     for part in parts:
-        if not part.isdigit() or not part.isascii():
+        seed = ascii_digits(part, max_digits=1000)  # 1,000: the field's max_length
+        if seed is None:
             bad.append(part)
             continue
-        seed = int(part)  # at most 1,000 digits: the field's max_length
         if seed > MAX_SEED:
             big.append(seed)
         elif seed in seeds:
