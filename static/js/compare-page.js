@@ -260,6 +260,68 @@
     }
   }
 
+  // The export links download through fetch: a file comes as a download, as a plain
+  // link would, but an export the server refuses (400: over a cap of
+  // webapp/compare/export_limits.py, naming it and what to narrow; 503: its figure
+  // stopped by a time or memory limit) shows its message beside the links instead of a
+  // page of raw JSON. A click with a modifier (new tab, save as) is left to the browser.
+  const EXPORT_LINKS = "a[data-export], a[data-bar-export], a[data-sig-export], a[data-table]";
+
+  function exportNote(link) {
+    const actions = link.closest(".actions") || link.parentElement;
+    let note = actions.nextElementSibling;
+    if (!note || !note.classList.contains("export-note")) {
+      note = el("p", { class: "export-note", role: "status", "data-testid": "export-note" });
+      actions.after(note);
+    }
+    return note;
+  }
+
+  function attachmentName(disposition) {
+    const found = /filename="([^"]+)"/.exec(disposition || "");
+    return found ? found[1] : "export";
+  }
+
+  async function download(link) {
+    const note = exportNote(link);
+    note.className = "export-note muted";
+    note.textContent = `Preparing ${link.textContent.trim()}…`;
+    try {
+      const response = await fetch(link.href, { credentials: "same-origin" });
+      if (response.redirected) {
+        window.location.assign(link.href); // e.g. to the login page: let the browser go
+        return;
+      }
+      if (!response.ok) {
+        let message = `the export failed (HTTP ${response.status})`;
+        try {
+          const reply = await response.json();
+          if (reply && typeof reply.error === "string") message = reply.error;
+        } catch (_) { /* not JSON: keep the status */ }
+        note.className = "export-note error";
+        note.textContent = message;
+        return;
+      }
+      const url = URL.createObjectURL(await response.blob());
+      const save = el("a", { href: url, download: attachmentName(response.headers.get("Content-Disposition")) });
+      document.body.append(save);
+      save.click();
+      save.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60000);
+      note.textContent = "";
+    } catch (error) {
+      note.className = "export-note error";
+      note.textContent = `The export failed: ${error.message}`;
+    }
+  }
+
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest(EXPORT_LINKS);
+    if (!link || !link.href || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
+    event.preventDefault();
+    download(link);
+  });
+
   controls.addEventListener("submit", (event) => {
     event.preventDefault();
     refresh();

@@ -44,9 +44,9 @@ from webapp.compare.export import (
     latex_comment,
     latex_escape,
     legend_columns,
+    number_text,
     panel_slots,
 )
-from webapp.compare.serialize import number_text
 from webapp.core.csv_safe import SafeWriter
 
 BAR_CSV_COLUMNS = ("view", "policy", "x", "group", "mean", "lower", "upper", "n", "base")

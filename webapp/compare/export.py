@@ -62,7 +62,6 @@ from webapp.compare.assemble import (
     small_n_runs,
 )
 from webapp.compare.palette import MATPLOTLIB_DASHES
-from webapp.compare.serialize import number_text
 from webapp.core.csv_safe import SafeWriter
 
 # fontTools logs every font subset at INFO (once per PDF); that is noise in a server log.
@@ -364,6 +363,22 @@ def figure_bytes(
 # --------------------------------------------------------------------------- data CSV
 
 
+def number_text(value: float | None) -> str:
+    """A value as CSV text, spelled as the JSON API spells it
+    (:func:`webapp.core.http.encode_value`): ``repr``, "NaN"/"Infinity"/"-Infinity",
+    and the empty string for None. Here rather than in :mod:`webapp.compare.serialize`
+    so that the exports import no Django: their figures are drawn in a child process
+    that has none (:mod:`webapp.compare.export_render`)."""
+    if value is None:
+        return ""
+    number = float(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    return repr(number)
+
+
 def data_csv(comparison: Comparison) -> str:
     """Every plotted point: group, policy, metric, x, mean, lower, upper, n, raw_mean
     (``mean``/``lower``/``upper`` smoothed when the spec smooths; ``raw_mean`` the
@@ -549,14 +564,21 @@ def _zip_entry(archive: zipfile.ZipFile, name: str, data: bytes | str) -> None:
     archive.writestr(info, data)
 
 
-def bundle(comparison: Comparison, summaries: Sequence[Summary], columns: int = 1) -> bytes:
+def bundle(
+    comparison: Comparison,
+    summaries: Sequence[Summary],
+    figures: Mapping[str, bytes],
+    columns: int = 1,
+) -> bytes:
     """The figure bundle: figures, data.csv, table.csv/.tex, configs/run-<id>.json,
-    spec.txt and a README; deterministic bytes."""
+    spec.txt and a README; deterministic bytes. ``figures``: the figure as each of
+    :data:`FIGURE_FORMATS`, drawn beforehand (by :func:`render_figures`, in the limited
+    child process of :mod:`webapp.compare.export_render` on the server)."""
     spec = comparison.spec
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        for fmt, figure in render_figures(comparison, FIGURE_FORMATS, columns).items():
-            _zip_entry(archive, f"figure.{fmt}", figure)
+        for fmt in FIGURE_FORMATS:
+            _zip_entry(archive, f"figure.{fmt}", figures[fmt])
         _zip_entry(archive, "data.csv", data_csv(comparison))
         _zip_entry(archive, "table.csv", table_csv(summaries))
         _zip_entry(archive, "table.tex", table_latex(summaries))

@@ -32,8 +32,8 @@ from webapp.compare.export import (
     figure_label,
     latex_comment,
     latex_escape,
+    number_text,
 )
-from webapp.compare.serialize import number_text
 from webapp.compare.significance import Significance, SigRow
 from webapp.core.csv_safe import SafeWriter
 

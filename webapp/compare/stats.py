@@ -20,7 +20,6 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
-from scipy.signal import lfilter
 
 from trainer.stats import t_critical
 
@@ -54,6 +53,11 @@ def ema(values: np.ndarray | Sequence[float], weight: float) -> np.ndarray:
     moved to its front; a row's padding after them changes none of their outputs.
     A comparison of 400 curves on 1,000 buckets: 37 -> about 10 ms (issue 35).
     """
+    # scipy.signal is imported on first use, as trainer.stats does scipy.stats: it takes
+    # over a second, which the exports' figure renderer (a fresh process per figure,
+    # webapp/compare/export_render.py) would pay for a module it never calls.
+    from scipy.signal import lfilter
+
     y = np.array(values, dtype=float, copy=True)
     if not 0.0 <= weight < 1.0:
         raise ValueError(f"weight must be in [0, 1), not {weight}")

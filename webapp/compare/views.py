@@ -29,6 +29,15 @@ parameter 400 JSON ``{"error": message}`` naming it.
   its files are the comparisons as CSV and LaTeX and a forest plot
   (:mod:`webapp.compare.significance_export`).
 
+The files cannot starve the server (issue 44): an export over a cap of
+:mod:`webapp.compare.export_limits` (groups, panels, points, bars, forest rows) is 400 JSON
+``{"error", "cap", "limit", "count"}`` naming the count, the cap and what to narrow,
+checked before the data is built (from the spec and the runs) and again before anything
+is drawn (the CSV and LaTeX files cost what the JSON of the same query does, and are
+not capped); every figure (pdf, svg, png, and the bundle's) is drawn in a child process
+with CPU, memory and wall-clock limits (:mod:`webapp.compare.export_render`), and one
+stopped by a limit is 503 JSON ``{"error", "limit"}``.
+
 The table's metric: ``table_metric`` if given, else the *last* ``metric`` parameter
 (so ``<spec>&metric=M`` works too), else ``val/reward@1``. Higher is better unless
 ``lower_is_better=1``, which also makes a run's "best" its lowest value.
@@ -42,13 +51,22 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
-from webapp.compare import bars_export, export, significance_export
+from webapp.compare import bars_export, export, export_limits, significance_export
+from webapp.compare.assemble import groups_of, policies_of
 from webapp.compare.bars import BarOptions
+from webapp.compare.export_limits import ExportTooLarge
+from webapp.compare.export_render import (
+    RenderJob,
+    RenderLimitExceeded,
+    RenderLimits,
+    render_in_child,
+)
 from webapp.compare.page_spec import page_spec
 from webapp.compare.selection import SelectionError, select_runs
 from webapp.compare.selectors import (
@@ -68,6 +86,7 @@ from webapp.compare.spec import (
     bool_param,
 )
 from webapp.core.http import allow_methods, json_error, json_reply, login_required_json
+from webapp.runs.models import Run
 
 View = Callable[..., HttpResponse]
 EXPORT_FORMATS = ("pdf", "svg", "png", "csv", "zip")
@@ -218,32 +237,78 @@ def saved_data(request: HttpRequest, ref: str) -> HttpResponse:
 # --------------------------------------------------------------------------- files
 
 
+def export_errors(view: View) -> View:
+    """The file views' errors as JSON: a :class:`SpecError` 400, an export over a cap
+    400 (:class:`ExportTooLarge`: the count, the cap, what to narrow), a figure stopped
+    by a limit of its child 503 (:class:`RenderLimitExceeded`)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except SpecError as error:
+            return json_error(str(error), 400)
+        except ExportTooLarge as error:
+            return json_reply(error.as_json(), status=400)
+        except RenderLimitExceeded as error:
+            return json_reply(error.as_json(), status=503)
+
+    return wrapper
+
+
+def render_limits() -> RenderLimits:
+    """The figure child's limits, from the settings (``MRL_EXPORT_RENDER_*``)."""
+    return RenderLimits(
+        cpu_seconds=settings.EXPORT_RENDER_CPU_SECONDS,
+        memory_mb=settings.EXPORT_RENDER_MEMORY_MB,
+        wall_seconds=settings.EXPORT_RENDER_WALL_SECONDS,
+    )
+
+
+def draw(kind: str, figure: Any, formats: tuple[str, ...], columns: int) -> dict[str, bytes]:
+    """``figure`` drawn in each of ``formats`` by a limited child process."""
+    return render_in_child(RenderJob.of(kind, figure, formats, columns), render_limits())
+
+
+def planned_policies(runs: list[Run], spec: ComparisonSpec) -> int:
+    """How many policies the export will show (the spec's, or the runs' pool's)."""
+    return len(policies_of(runs, spec, []))
+
+
 @login_required
-@require_GET
-@spec_errors
+@require_safe
+@export_errors
 def export_file(request: HttpRequest, fmt: str) -> HttpResponse:
     if fmt not in EXPORT_FORMATS:
         raise Http404(f"no export format {fmt!r}")
     spec = ComparisonSpec.from_query(request.GET)
     columns = columns_of(request)
     runs = runs_for_spec(request.user, spec)
-    comparison = comparison_build(spec=spec, runs=runs)
     stem = file_stem("comparison", spec, f"columns={columns}")
-    if fmt == "csv":
-        return attachment(export.data_csv(comparison), fmt, stem)
+    if fmt == "csv":  # the plotted data: what the JSON of the same query costs, uncapped
+        return attachment(export.data_csv(comparison_build(spec=spec, runs=runs)), fmt, stem)
+    export_limits.check_curves_plan(
+        groups=len(groups_of(runs, spec.group_by)),
+        metrics=len(spec.metrics),
+        policies=planned_policies(runs, spec),
+    )
+    comparison = comparison_build(spec=spec, runs=runs)
+    export_limits.check_curves_built(comparison.panels)
     if fmt == "zip":
         lower = bool_param(request.GET, "lower_is_better")
         summaries = [
             summary_build(spec=spec, runs=runs, metric=metric, lower_is_better=lower)
             for metric in spec.metrics
         ]
-        return attachment(export.bundle(comparison, summaries, columns), fmt, stem + "-bundle")
-    return attachment(export.render_figure(comparison, fmt, columns), fmt, stem)
+        figures = draw("curves", comparison, export.FIGURE_FORMATS, columns)
+        body = export.bundle(comparison, summaries, figures, columns)
+        return attachment(body, fmt, stem + "-bundle")
+    return attachment(draw("curves", comparison, (fmt,), columns)[fmt], fmt, stem)
 
 
 @login_required
-@require_GET
-@spec_errors
+@require_safe
+@export_errors
 def table_file(request: HttpRequest, fmt: str) -> HttpResponse:
     if fmt not in TABLE_FORMATS:
         raise Http404(f"no table format {fmt!r}")
@@ -258,8 +323,8 @@ def table_file(request: HttpRequest, fmt: str) -> HttpResponse:
 
 
 @login_required
-@require_GET
-@spec_errors
+@require_safe
+@export_errors
 def bars_file(request: HttpRequest, fmt: str) -> HttpResponse:
     if fmt not in BAR_FORMATS:
         raise Http404(f"no bar export format {fmt!r}")
@@ -269,24 +334,36 @@ def bars_file(request: HttpRequest, fmt: str) -> HttpResponse:
     runs = runs_for_spec(request.user, spec)
     extra = "&".join(f"{name}={value}" for name, value in options.query_pairs())
     stem = file_stem(f"bars-{options.view}", spec, f"{extra}&columns={columns}")
-    # The significance view's files, or the bar view's: CSV, LaTeX, figure.
+    groups = len(groups_of(runs, spec.group_by))
+    # The significance view's files, or the bar view's: CSV, LaTeX, figure. A figure is
+    # held to its view's caps before the build and again before drawing; the CSV and
+    # LaTeX cost what the JSON of the same query costs, uncapped as it is.
+    figure = fmt not in ("csv", "tex")
     found: Any
+    to_csv: Callable[[Any], str]
+    to_tex: Callable[[Any], str]
     if options.view == SIGNIFICANCE:
+        if figure:
+            export_limits.check_significance_plan(
+                groups=groups, metrics=len(options.metrics), policies=planned_policies(runs, spec)
+            )
         found = significance_build(spec=spec, runs=runs, options=options)
+        if figure:
+            export_limits.check_significance_built(found.rows)
         to_csv, to_tex = (
             significance_export.significance_csv,
             significance_export.significance_latex,
         )
-        render: Any = significance_export.render_significance
     else:
+        if figure:
+            export_limits.check_bars_plan(groups=groups)
         found = bars_build(spec=spec, runs=runs, options=options)
-        to_csv, to_tex, render = (
-            bars_export.bars_csv,
-            bars_export.bars_latex,
-            bars_export.render_bars,
-        )
+        if figure:
+            export_limits.check_bars_built(found.panels)
+        to_csv, to_tex = bars_export.bars_csv, bars_export.bars_latex
     if fmt == "csv":
         return attachment(to_csv(found), fmt, stem)
     if fmt == "tex":
         return attachment(to_tex(found), fmt, stem)
-    return attachment(render(found, fmt, columns), fmt, stem)
+    kind = "significance" if options.view == SIGNIFICANCE else "bars"
+    return attachment(draw(kind, found, (fmt,), columns)[fmt], fmt, stem)
