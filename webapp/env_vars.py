@@ -95,6 +95,32 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "after a database restart does not fail (strict boolean)",
         "database",
     ),
+    # --- login throttling ----------------------------------------------------------
+    EnvVar(
+        "MRL_LOGIN_FAILURE_LIMIT",
+        "`10`",
+        "failed logins (the site's and the admin's) after which django-axes locks out the "
+        "user name, from every address, and the client address, for every user name: "
+        "either count locks. The lock-out page says when to try again",
+        "login throttling",
+    ),
+    EnvVar(
+        "MRL_LOGIN_COOLOFF_MINUTES",
+        "`15`",
+        "how long a lock-out lasts, counted from the last attempt (an attempt during a "
+        "lock-out counts too); a successful login clears its user name's failures",
+        "login throttling",
+    ),
+    EnvVar(
+        "MRL_TRUSTED_PROXY_COUNT",
+        "`0`",
+        "how many reverse proxies in front of the app append the client's address to "
+        "`X-Forwarded-For` (login throttling counts failures per address). `0`: the TCP "
+        "peer's address, which a client cannot forge; set it only behind such proxies "
+        "(behind one, the right-most `X-Forwarded-For` entry is the client), never without "
+        "one, or a client picks its own address",
+        "login throttling",
+    ),
     # --- production hardening -------------------------------------------------------
     EnvVar(
         "SECURE_SSL_REDIRECT",
@@ -312,6 +338,29 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "run keeps its clock series (`_pool` `perf/step_s`) and its evaluations raw "
         "(`manage.py drop_packed_points` does it by hand; docs/CAPACITY.md)",
         "recovery",
+    ),
+    # --- figure exports ---------------------------------------------------------------
+    EnvVar(
+        "MRL_EXPORT_RENDER_CPU_SECONDS",
+        "`20`",
+        "CPU seconds an export's figure may take to draw (each is drawn in a child "
+        "process); past it the child is stopped and the export answered 503 naming the "
+        "limit",
+        "exports",
+    ),
+    EnvVar(
+        "MRL_EXPORT_RENDER_MEMORY_MB",
+        "`1024`",
+        "address space (MB) of the child process that draws an export's figure; an "
+        "allocation past it stops the drawing (503)",
+        "exports",
+    ),
+    EnvVar(
+        "MRL_EXPORT_RENDER_WALL_SECONDS",
+        "`30`",
+        "wall-clock seconds an export's figure child may run in all (start included) "
+        "before it is killed (503); what one export request can hold a web thread for",
+        "exports",
     ),
     # --- slurm defaults (per-experiment forms may override) -------------------------
     EnvVar(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -79,6 +80,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # login throttling (the "login throttling" section below)
+    "axes",
     # the areas, each importing only those above it in this list (tests/test_layers.py)
     "webapp.core",
     "webapp.registry",
@@ -92,6 +95,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that every response gets the header (static files and redirects too); the
+    # policy and why each directive is what it is: webapp/core/csp.py.
+    "webapp.core.csp.ContentSecurityPolicyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -99,6 +105,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a refused login into the lock-out page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -148,6 +156,67 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:index"
 LOGOUT_REDIRECT_URL = "login"
 
+# --- login throttling (django-axes) -------------------------------------------------
+# Every login (the site's and the admin's) goes through authenticate(), where axes'
+# backend refuses a locked-out client before the password is checked. A client is locked
+# out after MRL_LOGIN_FAILURE_LIMIT failed logins within MRL_LOGIN_COOLOFF_MINUTES, counted
+# per user name (from any address) OR per client address (for any user name): either
+# count locks. Each refused attempt during a lock-out counts too, so the lock lifts
+# MRL_LOGIN_COOLOFF_MINUTES after the last attempt, which the lock-out page says
+# (webapp/core/login_throttling.py). A successful login clears that user name's failures
+# only, not the address's (ibid.).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+LOGIN_FAILURE_LIMIT = env.int("MRL_LOGIN_FAILURE_LIMIT", default=10)
+LOGIN_COOLOFF_MINUTES = env.float("MRL_LOGIN_COOLOFF_MINUTES", default=15.0)
+if LOGIN_FAILURE_LIMIT < 1 or not LOGIN_COOLOFF_MINUTES > 0:
+    raise environ.ImproperlyConfigured(
+        f"MRL_LOGIN_FAILURE_LIMIT={LOGIN_FAILURE_LIMIT}, MRL_LOGIN_COOLOFF_MINUTES="
+        f"{LOGIN_COOLOFF_MINUTES}: give a limit of 1 or more and a cool-off above 0 minutes"
+    )
+AXES_FAILURE_LIMIT = LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=LOGIN_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_CALLABLE = "webapp.core.login_throttling.lockout_response"
+AXES_USERNAME_CALLABLE = "webapp.core.login_throttling.attempted_username"
+AXES_RESET_ON_SUCCESS = False  # webapp.core.login_throttling.reset_on_success instead
+# Successful logins are not what the throttle needs, and nothing would prune that table.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False  # no banner on every manage.py command; lock-outs are still logged
+
+
+def axes_client_address_settings(trusted_proxies: int) -> dict[str, object]:
+    """Where axes (through django-ipware) reads the client's address.
+
+    With no proxy (``MRL_TRUSTED_PROXY_COUNT=0``, the default, and docker/compose.yml as it
+    is: gunicorn published directly), the TCP peer ``REMOTE_ADDR`` only: an
+    ``X-Forwarded-For`` the client sends is ignored, so it cannot pick the address its
+    failures are counted under. Behind N proxies that each append the address they saw
+    to ``X-Forwarded-For`` (nginx's ``$proxy_add_x_forwarded_for``), the N-th address
+    from the right: the one the outermost proxy saw; what a client wrote further left is
+    never read. ipware's count is of the hops after the client (N - 1), and not strict,
+    so that a longer, client-extended header is still read from the right; a header
+    shorter than N falls back to ``REMOTE_ADDR``.
+    """
+    if trusted_proxies == 0:
+        return {"AXES_IPWARE_META_PRECEDENCE_ORDER": ("REMOTE_ADDR",)}
+    return {
+        "AXES_IPWARE_META_PRECEDENCE_ORDER": ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"),
+        "AXES_IPWARE_PROXY_ORDER": "left-most",
+        "AXES_IPWARE_PROXY_COUNT": trusted_proxies - 1,
+        "IPWARE_STRICT": False,
+    }
+
+
+TRUSTED_PROXY_COUNT = env.int("MRL_TRUSTED_PROXY_COUNT", default=0)
+if TRUSTED_PROXY_COUNT < 0:
+    raise environ.ImproperlyConfigured(
+        f"MRL_TRUSTED_PROXY_COUNT={TRUSTED_PROXY_COUNT}: give 0 (no proxy) or more"
+    )
+globals().update(axes_client_address_settings(TRUSTED_PROXY_COUNT))
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -172,7 +241,8 @@ STATICFILES_FINDERS = [
 # files; runserver does it in development. Outside production it serves them straight
 # from the finders, so the demo needs no collectstatic.
 if not DEBUG:
-    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+    security = MIDDLEWARE.index("django.middleware.security.SecurityMiddleware")
+    MIDDLEWARE.insert(security + 1, "whitenoise.middleware.WhiteNoiseMiddleware")
     WHITENOISE_USE_FINDERS = not PRODUCTION
 
 # --- production hardening -----------------------------------------------------------
@@ -369,6 +439,20 @@ except ValueError as exc:
 if RAW_POINT_RETENTION_DAYS is not None and RAW_POINT_RETENTION_DAYS < 0:
     raise environ.ImproperlyConfigured(
         f"MRL_RAW_POINT_RETENTION_DAYS={_RAW_POINT_RETENTION!r}: give 0 or more days"
+    )
+
+# --- figure exports (webapp/compare/export_render.py, issue 44) ---------------------
+# Each export figure is drawn in a child process with these limits: CPU seconds of
+# drawing, address space (MB), and wall-clock seconds in all; a child past one is
+# stopped and the export answered 503 naming the limit. The worst figure the caps of
+# webapp/compare/export_limits.py allow draws in a few seconds (bench/RESULTS.md).
+EXPORT_RENDER_CPU_SECONDS = env.int("MRL_EXPORT_RENDER_CPU_SECONDS", default=20)
+EXPORT_RENDER_MEMORY_MB = env.int("MRL_EXPORT_RENDER_MEMORY_MB", default=1024)
+EXPORT_RENDER_WALL_SECONDS = env.float("MRL_EXPORT_RENDER_WALL_SECONDS", default=30.0)
+if min(EXPORT_RENDER_CPU_SECONDS, EXPORT_RENDER_MEMORY_MB, EXPORT_RENDER_WALL_SECONDS) <= 0:
+    raise environ.ImproperlyConfigured(
+        "MRL_EXPORT_RENDER_CPU_SECONDS, MRL_EXPORT_RENDER_MEMORY_MB and "
+        "MRL_EXPORT_RENDER_WALL_SECONDS: give positive numbers"
     )
 
 # --- slurm defaults (per-experiment forms may override) ------------------------------

@@ -330,7 +330,10 @@ def test_saving_a_comparison(alice: User, make_experiment: Callable[..., Experim
 
 
 @pytest.mark.parametrize("name", ["username", "password"])
-def test_the_login_form(client: Client, alice: User, name: str) -> None:
+def test_the_login_form(client: Client, alice: User, name: str, settings: Any) -> None:
+    # Every value here is a failed login of alice's from one address: above the throttle's
+    # limit, which tests/webapp/core/test_login_throttling.py tests on its own.
+    settings.AXES_FAILURE_LIMIT = len(VALUES) + 1
     url = reverse("login")
     for kind, value in VALUES.items():
         response = client.post(url, {"username": "alice", "password": "x", name: value})

@@ -118,3 +118,23 @@ class PersonalToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class PasswordAudit(models.Model):
+    """A user's stored password that the deploy check ``mrl.E001`` found to be none of the
+    well-known ones it tries (:mod:`webapp.core.well_known_passwords`), so that the next
+    start of the server does not try them again.
+
+    ``password_digest`` is the SHA-256 of the stored hash (salted PBKDF2, itself one-way)
+    and of the list of passwords tried: a new password (a new salt, so a new hash) or a
+    longer list makes the row stale and the user is tried again. Only clean passwords are
+    recorded; a well-known one is reported at every start until it is changed."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="password_audit"
+    )
+    password_digest = models.CharField(max_length=64)
+    checked_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"password of {self.user_id} checked at {self.checked_at:%Y-%m-%d %H:%M}"

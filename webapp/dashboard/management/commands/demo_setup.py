@@ -14,6 +14,9 @@ then the normal zoo (the compose form's examples). scripts/demo runs it so in th
 background, after the app is serving.
 
 Idempotent: running it again changes nothing (the sweep is launched only once).
+
+Refused with ``MRL_PRODUCTION=true``: its user's password is published (README, the
+console), and the deploy check ``mrl.E001`` would then stop the server's start anyway.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduler.launch import experiment_launch
 from trainer.evals.suite import SuiteConfig
@@ -31,6 +34,7 @@ from trainer.zoo import GAP_IDS, SMOLLM2_IDS, ZOO_IDS, build_command, build_zoo
 from webapp.core.demo_status import DemoStatus
 from webapp.core.models import Lab
 from webapp.core.services import lab_join
+from webapp.core.well_known_passwords import DEMO_PASSWORD, DEMO_USERNAME
 from webapp.registry.models import EvalSuite, ModelEntry
 from webapp.registry.zoo_builds import zoo_root
 from webapp.runs.models import Experiment, Run
@@ -76,8 +80,8 @@ class Command(BaseCommand):
     help = "Create the demo user and lab, register the tiny zoo, print how to log in."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--username", default="demo")
-        parser.add_argument("--password", default="demo-password")
+        parser.add_argument("--username", default=DEMO_USERNAME)
+        parser.add_argument("--password", default=DEMO_PASSWORD)
         parser.add_argument(
             "--sweep", action="store_true", help="create and launch the demo sweep (once)"
         )
@@ -98,6 +102,12 @@ class Command(BaseCommand):
         build_zoo: bool,
         **options: Any,
     ) -> None:
+        if settings.PRODUCTION:
+            raise CommandError(
+                "demo_setup is for the demo only and refuses to run with "
+                "MRL_PRODUCTION=true: it creates a user whose password is published. "
+                "Create real accounts with `python manage.py createsuperuser` and the admin."
+            )
         status = DemoStatus(models=list(GAP_IDS)) if build_zoo else None
         try:
             if status is not None:  # the demo runs' pool first: their curves come sooner
