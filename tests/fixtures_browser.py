@@ -21,7 +21,7 @@ import pytest
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Locator, Page
 
 CHROMIUM_ARGS = [
     "--headless=new",
@@ -86,3 +86,19 @@ def log_in(page: Page, base_url: str, user: User, password: str) -> None:
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
     page.wait_for_url(f"{base_url}/")
+
+
+def point_at(page: Page, chart: Locator, x: float, y: float | None = None) -> None:
+    """Move the mouse over data ``(x, y)`` of the Plotly ``chart`` (``y`` None: halfway up
+    its plot area), scrolled into view, as a person points at a curve."""
+    chart.scroll_into_view_if_needed()
+    point = chart.evaluate(
+        """(div, [x, y]) => {
+             const xaxis = div._fullLayout.xaxis, yaxis = div._fullLayout.yaxis;
+             const box = div.getBoundingClientRect();
+             const top = y === null ? yaxis._length / 2 : yaxis.l2p(y);
+             return {x: box.left + xaxis._offset + xaxis.l2p(x), y: box.top + yaxis._offset + top};
+           }""",
+        [x, y],
+    )
+    page.mouse.move(point["x"], point["y"])

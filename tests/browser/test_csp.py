@@ -27,6 +27,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Dialog, Locator, Page, Response, Route, expect
 
 from tests.conftest import log_in
+from tests.fixtures_browser import point_at
 from tests.webapp.compare.test_compare_support import add_series, make_runs
 from webapp.compare.models import SavedComparison
 from webapp.core.csp import POLICY
@@ -104,17 +105,7 @@ def expect_axes_drawn(chart: Locator) -> None:
 
 def hover(page: Page, chart: Locator, x: float, y: float, shows: str) -> None:
     """Points the mouse at data (x, y) of ``chart``; Plotly's hover label says ``shows``."""
-    chart.scroll_into_view_if_needed()
-    point = chart.evaluate(
-        """(div, [x, y]) => {
-             const xaxis = div._fullLayout.xaxis, yaxis = div._fullLayout.yaxis;
-             const box = div.getBoundingClientRect();
-             return {x: box.left + xaxis._offset + xaxis.l2p(x),
-                     y: box.top + yaxis._offset + yaxis.l2p(y)};
-           }""",
-        [x, y],
-    )
-    page.mouse.move(point["x"], point["y"])
+    point_at(page, chart, x, y)
     expect(chart.locator(".hoverlayer")).to_contain_text(shows)
 
 

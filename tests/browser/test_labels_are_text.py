@@ -17,6 +17,7 @@ from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.test_transfer_panel import _open
 from tests.conftest import log_in, pool_config
+from tests.fixtures_browser import point_at
 from tests.webapp.compare.test_compare_support import add_series, make_runs
 from webapp.compare.models import SavedComparison
 from webapp.core.services import lab_for_user
@@ -72,17 +73,7 @@ def check_no_markup(page: Page) -> None:
 
 def hover_text(page: Page, panel: Locator, step: float, level: float) -> str:
     """Point at (step, level) of the panel; the hover label's whole text."""
-    panel.scroll_into_view_if_needed()
-    point = panel.evaluate(
-        """(div, [step, level]) => {
-             const xaxis = div._fullLayout.xaxis, yaxis = div._fullLayout.yaxis;
-             const box = div.getBoundingClientRect();
-             return {x: box.left + xaxis._offset + xaxis.l2p(step),
-                     y: box.top + yaxis._offset + yaxis.l2p(level)};
-           }""",
-        [step, level],
-    )
-    page.mouse.move(point["x"], point["y"])
+    point_at(page, panel, step, level)
     label = panel.locator(".hoverlayer .hovertext")
     expect(label).to_have_count(1)
     return label.text_content() or ""

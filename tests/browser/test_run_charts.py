@@ -22,6 +22,7 @@ from django.test import Client
 from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.colours import contrast
+from tests.fixtures_browser import point_at
 from webapp.compare.stats import ema
 from webapp.metrics.models import MetricPoint, MetricSeries
 from webapp.runs import services
@@ -107,17 +108,7 @@ def run_page(
 
 def _hover_text(page: Page, key: str, step: int) -> str:
     """Move the pointer over ``step`` in the middle of a chart; the hover label's text."""
-    chart(page, key).scroll_into_view_if_needed()
-    point = chart(page, key).evaluate(
-        """(div, step) => {
-             const xaxis = div._fullLayout.xaxis, yaxis = div._fullLayout.yaxis;
-             const box = div.getBoundingClientRect();
-             return {x: box.left + xaxis._offset + xaxis.l2p(step),
-                     y: box.top + yaxis._offset + yaxis._length / 2};
-           }""",
-        step,
-    )
-    page.mouse.move(point["x"], point["y"])
+    point_at(page, chart(page, key), step)
     label = chart(page, key).locator(".hoverlayer .legend")
     expect(label).to_be_visible()
     return " ".join(label.locator("text").all_text_contents())

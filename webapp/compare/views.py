@@ -242,12 +242,12 @@ def export_errors(view: View) -> View:
     400 (:class:`ExportTooLarge`: the count, the cap, what to narrow), a figure stopped
     by a limit of its child 503 (:class:`RenderLimitExceeded`)."""
 
+    checked = spec_errors(view)
+
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
-            return view(request, *args, **kwargs)
-        except SpecError as error:
-            return json_error(str(error), 400)
+            return checked(request, *args, **kwargs)
         except ExportTooLarge as error:
             return json_reply(error.as_json(), status=400)
         except RenderLimitExceeded as error:
