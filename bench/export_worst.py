@@ -4,14 +4,14 @@
         .venv/bin/python bench/export_worst.py [--reps 2]
 
 Builds a lab-size comparison in PostgreSQL (the database, ``mrl_bench...`` only, is dropped,
-created and migrated): 200 runs of one experiment (seeds 0-199), each with 5
-metrics x 4 policies x 250 steps (1M points) and 12 evaluated tasks per policy. Then,
+created and migrated): 200 runs of one experiment (seeds 0-199), each with 9
+metrics x 4 policies x 250 steps (1.8M points) and 12 evaluated tasks per policy. Then,
 through the whole view stack in this process (Django's test client: this process is the
 web process), it times:
 
 * the worst allowed export of each kind, at the caps of
   :mod:`webapp.compare.export_limits`: the curves of 16 runs grouped by seed (16
-  groups x 20 panels x 250 buckets = 80,000 points) as PDF, SVG, PNG and the bundle
+  groups x 36 panels x 138 buckets = 79,488 points) as PDF, SVG, PNG and the bundle
   (zip); the per-task bars of the same 16 groups (4 policies x 12 tasks x 16 groups =
   768 bars); the significance forest plot of 17 seeds, baseline seed 0 (2 metrics x 4
   policies x 16 groups = 128 rows);
@@ -38,7 +38,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
 RUNS = 200
 STEPS = 250
-METRICS = tuple(f"val/reward@1/slice{k}" for k in range(5))
+METRICS = tuple(f"val/reward@1/slice{k}" for k in range(9))
+CURVE_BUCKETS = 80_000 // (16 * 36)  # 138: 16 groups x 36 panels at the points cap
 POLICIES = ("llama", "qwen", "gpt2", "_pool")
 TASKS = tuple(f"task{k:02d}" for k in range(12))
 ISSUE_METRICS = [f"val/reward@1/slice{k}" for k in range(16)]
@@ -148,7 +149,7 @@ def main() -> None:
         "group_by": "seed",
         "metric": list(METRICS),
         "policy": list(POLICIES),
-        "buckets": str(STEPS),
+        "buckets": str(CURVE_BUCKETS),
         "band": "ci95",
         "columns": "2",
     }
@@ -175,7 +176,7 @@ def main() -> None:
         "policy": ISSUE_POLICIES,
     }
     cases: list[tuple[str, str, str, dict[str, Any], int]] = [
-        ("curves 16 groups x 20 panels x 250 (80,000 points)", "compare:export", fmt, curves, 200)
+        ("curves 16 groups x 36 panels x 138 (79,488 points)", "compare:export", fmt, curves, 200)
         for fmt in ("pdf", "svg", "png", "zip", "csv")
     ]
     cases += [

@@ -31,11 +31,13 @@ from typing import Any
 MAX_FIGURE_GROUPS = 16
 """Groups (legend entries, lines per panel) of a curves or bar figure: 8 colours x 2
 dashes; a regime comparison has 4-6, a seed comparison as many as seeds."""
-MAX_FIGURE_PANELS = 20
-"""Panels (metrics x policies) of a curves figure: the gap preset has 16."""
+MAX_FIGURE_PANELS = 36
+"""Panels (metrics x policies) of a curves figure: the gap preset (4 slices) on the
+largest pool the composer allows (8 policies and the pool mean); Figure 5's 3 metrics
+on it draw 27."""
 MAX_FIGURE_POINTS = 80_000
 """Points of a curves figure, summed over its lines (groups x panels x buckets):
-16 panels of 10 groups at 500 buckets."""
+16 panels of 10 groups at 500 buckets, or 36 of 16 at 138."""
 MAX_FIGURE_BARS = 800
 """Bars of a bar figure (policies x categories x groups): Figure 12 draws about 160."""
 MAX_FOREST_ROWS = 128

@@ -55,6 +55,9 @@ ISSUE_POLICIES = ["llama", "qwen", "gpt2", "_pool", "p4", "p5", "p6", "p7"]  # 8
 def test_the_caps_fit_the_papers_figures_and_refuse_the_issues_query() -> None:
     # The presets on the example pools (3 policies + the pool mean), 4 regimes.
     export_limits.check_curves_plan(groups=4, metrics=4, policies=4)  # gap: 16 panels
+    # ... and on the largest pool the composer allows: 8 policies and the pool mean.
+    export_limits.check_curves_plan(groups=4, metrics=4, policies=9)  # gap: 36 panels
+    export_limits.check_curves_plan(groups=4, metrics=3, policies=9)  # Figure 5: 27
     export_limits.check_curves_built([_panel(4, 500)] * 16)  # 32,000 points
     export_limits.check_significance_plan(groups=4, metrics=1, policies=4)  # 12 rows
     export_limits.check_bars_built([_bar_panel(categories=10, groups=4)] * 4)  # 160 bars
@@ -337,15 +340,15 @@ def _bar_panel(categories: int, groups: int) -> Any:
 
 
 def heaviest_allowed_comparison() -> Comparison:
-    """At the caps: 20 panels (5 metrics x 4 policies) of 16 groups, 80,000 points."""
-    metrics = tuple(f"{VAL}/m{k}" for k in range(5))
+    """At the caps: 36 panels (9 metrics x 4 policies) of 16 groups, 79,488 points."""
+    metrics = tuple(f"{VAL}/m{k}" for k in range(9))
     policies = ("llama", "qwen", "gpt2", "_pool")
     spec = ComparisonSpec(runs=(1,), metrics=metrics, policies=policies, band="ci95")
-    panels = [_panel(16, 250, policy, metric) for policy in policies for metric in metrics]
-    export_limits.check_curves_plan(groups=16, metrics=5, policies=4)
+    panels = [_panel(16, 138, policy, metric) for policy in policies for metric in metrics]
+    export_limits.check_curves_plan(groups=16, metrics=9, policies=4)
     export_limits.check_curves_built(panels)
     groups = [Group(t.group, t.colour, t.dash, [1]) for t in panels[0].traces]
-    return Comparison(spec, groups, panels, [], "step", [], grid=250)
+    return Comparison(spec, groups, panels, [], "step", [], grid=138)
 
 
 def test_a_child_past_its_cpu_limit_is_killed_and_named() -> None:
