@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import override_settings
 
 from webapp.core.models import Lab
@@ -35,6 +36,14 @@ DATABASE_FIXTURES = frozenset(
 )
 """pytest-django's fixtures that set up the test database (every other database fixture,
 the actors below included, asks for one of them)."""
+
+
+def database_url() -> str:
+    """The test database's URL, for the processes a test starts (``manage.py`` and the
+    like), password included when it has one."""
+    db = connection.settings_dict
+    user = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{user}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def needs_database(item: pytest.Item) -> bool:

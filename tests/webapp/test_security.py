@@ -31,6 +31,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from scheduler.launch import sweep_launch
 from scheduler.run_job import job_spec
+from tests.fixtures_db import database_url
 from tests.webapp.metrics.test_api_support import event, point, post_batch
 from webapp.compare.models import SavedComparison
 from webapp.evals.models import Evaluation
@@ -496,19 +497,13 @@ def test_json_carries_hostile_text_as_plain_text(alice: User, hostile: dict[str,
 # --------------------------------------------------------------------------- settings
 
 
-def _database_url() -> str:
-    db = connection.settings_dict
-    user = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{user}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 def _production(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG"}}
     base.update(
         MRL_PRODUCTION="true",
         SECRET_KEY=secrets.token_urlsafe(50)[:50],
         ALLOWED_HOSTS="lab.example.org",
-        DATABASE_URL=_database_url(),
+        DATABASE_URL=database_url(),
         DJANGO_SETTINGS_MODULE="webapp.settings",
         **env,
     )

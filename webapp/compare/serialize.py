@@ -2,7 +2,8 @@
 
 Numbers are floats; non-finite ones are the strings "NaN", "Infinity", "-Infinity", as
 everywhere in the API (:func:`webapp.core.http.encode_value`). The CSV exports write the
-same values with the same spelling (:func:`number_text`), so the two always agree.
+same values with the same spelling (:func:`webapp.compare.export.number_text`), so the two
+always agree.
 
 Keys (``policy``, ``metric``) stay as logged; next to them go the names people read,
 from the metric catalogue (``policy_label``: "pool mean" for ``_pool``; ``metric_label``:
@@ -34,15 +35,6 @@ def floats(values: np.ndarray) -> np.ndarray | list[float | str | None]:
     if np.isfinite(array).all():
         return array
     return [encode_value(value) for value in array.tolist()]
-
-
-def number_text(value: float | None) -> str:
-    """A value as CSV text: ``repr`` (what JSON writes), "NaN"/"Infinity"/"-Infinity",
-    and the empty string for None."""
-    encoded = encode_value(None if value is None else float(value))
-    if encoded is None:
-        return ""
-    return encoded if isinstance(encoded, str) else repr(encoded)
 
 
 def groups_json(groups: Sequence[Group]) -> list[dict[str, Any]]:

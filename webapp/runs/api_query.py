@@ -213,10 +213,9 @@ def path_segment_problem(part: str) -> str | None:
     ``-1`` (an error in SQLite's JSON path) or ``1_0`` is neither."""
     if not PATH_SEGMENT.match(part):
         return "letters, digits, '_' or '-'"
-    if ascii_digits(part, max_digits=64) is not None:
-        if ascii_digits(part, max_digits=MAX_INDEX_DIGITS) is None:
-            return f"a list index of at most {MAX_INDEX_DIGITS} digits"
-        return None
+    if part.isdigit():  # ASCII digits only: the pattern above allows no other
+        too_long = len(part) > MAX_INDEX_DIGITS
+        return f"a list index of at most {MAX_INDEX_DIGITS} digits" if too_long else None
     try:
         int(part)
     except ValueError:

@@ -24,8 +24,8 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
-from django.db import connection
 
+from tests.fixtures_db import database_url
 from webapp.core import well_known_passwords
 from webapp.core.well_known_passwords import DEMO_PASSWORD, most_common_passwords
 
@@ -177,16 +177,13 @@ def run_steps_before_gunicorn(env: dict[str, str]) -> subprocess.CompletedProces
 
 def production_env() -> dict[str, str]:
     """The compose file's production environment, on this test's PostgreSQL database."""
-    db = connection.settings_dict
-    user = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    url = f"postgres://{user}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     dropped = {"SECRET_KEY", "DEBUG", *TEST_ONLY_SWITCHES}
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env |= {
         "MRL_PRODUCTION": "true",
         "SECRET_KEY": secrets.token_urlsafe(50),
         "ALLOWED_HOSTS": "lab.example.org",
-        "DATABASE_URL": url,
+        "DATABASE_URL": database_url(),
         "MRL_TASK_DATA_DIRS": "/srv/mrl-data",
     }
     return env
