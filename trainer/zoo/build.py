@@ -30,6 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 from trainer.tasks.addition_slices import AdditionSlicesTask
 from trainer.tasks.arithmetic import ArithmeticTask, skill_of
 from trainer.tasks.base import Problem
+from trainer.tasks.split import SPLIT_VERSION
 from trainer.zoo.models import ModelSize, build_model, count_parameters
 from trainer.zoo.sft import SFTConfig, greedy_accuracy, train_sft
 from trainer.zoo.tokenizers import (
@@ -100,7 +101,11 @@ class Recipe:
         """A short hash of the recipe: a changed recipe never reuses an old build.
 
         Fields added after the normal zoo was built count only where a recipe sets them,
-        so those builds stay current.
+        so those builds stay current. A recipe that holds out the hash split (the gap and
+        complementary pools) counts the split's version too
+        (:data:`trainer.tasks.split.SPLIT_VERSION`): its demonstrations and its
+        manifest's validation set are drawn by that split, so a build made with another
+        split (issue 45: the ordered one) is rebuilt, never reused.
         """
         data = asdict(self)
         for name, default in _LATER_FIELDS.items():
@@ -109,6 +114,8 @@ class Recipe:
         for name, default in _LATER_SFT_FIELDS.items():
             if data["sft"][name] == default:
                 del data["sft"][name]
+        if self.sft.hold_out_split or self.validation_task == "addition_slices":
+            data["split_version"] = SPLIT_VERSION
         text = json.dumps(data, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -4,6 +4,7 @@ every warm-start for every seed, each policy's warm-start competence per slice."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from trainer.tasks.addition_slices import (
     training_pairs,
     validation_pairs,
 )
+from trainer.tasks.split import SPLIT_VERSION, split_key
 from trainer.zoo import GAP_IDS, ZOO_RECIPES
 from trainer.zoo import build as zoo_build
 from trainer.zoo.sft import held_out_expressions, sft_problems
@@ -39,6 +41,50 @@ SEEDS = range(20)
 
 def expression_of(prompt: str) -> str:
     return prompt.removeprefix("Compute ").removesuffix(".")
+
+
+COMMUTED = re.compile(r"^(\d+)([+*])(\d+)(.*)$")
+
+
+def mirror(prompt: str) -> str:
+    """The prompt with its first two operands swapped where they commute ("Compute
+    47+38." -> "Compute 38+47.", "47*3" -> "3*47", "47+38-9" -> "38+47-9"); the prompt
+    itself otherwise (a difference)."""
+    match = COMMUTED.match(expression_of(prompt))
+    if match is None:
+        return prompt
+    a, op, b, rest = match.groups()
+    return f"Compute {b}{op}{a}{rest}."
+
+
+def with_mirrors(prompts: set[str]) -> set[str]:
+    return prompts | {mirror(prompt) for prompt in prompts}
+
+
+def test_the_split_keeps_an_expression_and_its_mirror_together() -> None:
+    """Issue 45: keyed on the ordered "a+b", 86% of the validation part's sums had their
+    mirror "b+a" in the training part. Keyed on the unordered operands, none."""
+    assert split_key("47+38") == split_key("38+47") == "+:38,47"
+    assert split_key("47*3") == split_key("3*47") == "*:3,47"
+    assert split_key("47+38-9") == split_key("38+47-9") == "+-:9,38,47"
+    assert split_key("83-38") != split_key("83+38")
+    for a in range(100):
+        for b in range(a):
+            assert is_validation_expression(f"{a}+{b}") == is_validation_expression(f"{b}+{a}")
+    assert mirror("Compute 47+38.") == "Compute 38+47." and mirror("Compute 8-3.") == "Compute 8-3."
+
+
+def test_a_warm_start_built_with_another_split_is_rebuilt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipes that hold the split out hash its version: a zoo built with the ordered
+    split (version 1) is not current under this one, the normal zoo's hash is unchanged."""
+    held_out = [*GAP_IDS, "tiny-llama-char-add", "tiny-qwen-bpe-sub", "tiny-gpt2-unigram-mul"]
+    normal = ("tiny-llama-char", "tiny-qwen-bpe", "tiny-gpt2-unigram")
+    now = {zoo_id: zoo_build.RECIPES[zoo_id].fingerprint() for zoo_id in (*held_out, *normal)}
+    monkeypatch.setattr(zoo_build, "SPLIT_VERSION", SPLIT_VERSION - 1)
+    for zoo_id in held_out:
+        assert zoo_build.RECIPES[zoo_id].fingerprint() != now[zoo_id], zoo_id
+    for zoo_id in normal:
+        assert zoo_build.RECIPES[zoo_id].fingerprint() == now[zoo_id], zoo_id
 
 
 def test_slices_by_hand() -> None:
@@ -69,7 +115,7 @@ def test_each_seeds_validation_is_balanced_held_out_and_its_own() -> None:
         assert all(is_validation_expression(expression_of(p.prompt)) for p in validation)
         assert all(p.answer == str(eval(expression_of(p.prompt))) for p in validation)
         train = [p for step in range(20) for p in task.train_batch(step, 16)]
-        assert not {p.prompt for p in train} & {p.prompt for p in validation}
+        assert not {p.prompt for p in train} & with_mirrors({p.prompt for p in validation})
         assert not any(is_validation_expression(expression_of(p.prompt)) for p in train)
         assert task.train_batch(3, 16) == task.train_batch(3, 16)
         sets.append(frozenset(p.prompt for p in validation))
@@ -86,6 +132,8 @@ def test_no_warm_start_trains_on_any_seeds_validation_prompt() -> None:
             held_out = held_out_expressions(build_seed, recipe.sft.held_out_levels)
             prompts = {p.prompt for p in sft_problems(recipe.sft, build_seed, held_out)}
             assert not prompts & every_validation, (zoo_id, build_seed)
+            # Nor its mirror: "38+47" is trained on nowhere when "47+38" is validated.
+            assert not prompts & with_mirrors(every_validation), (zoo_id, build_seed)
             assert not any(is_validation_expression(expression_of(p)) for p in prompts)
 
 
@@ -179,7 +227,8 @@ def test_the_complementary_pool_holds_out_every_seeds_validation_too() -> None:
         recipe = zoo_build.RECIPES[zoo_id]
         held_out = held_out_expressions(0, recipe.sft.held_out_levels)
         prompts = {p.prompt for p in sft_problems(recipe.sft, 0, held_out)}
-        assert not prompts & every_validation, zoo_id
+        assert not prompts & with_mirrors(every_validation), zoo_id
+    assert any(mirror(p) != p for p in every_validation)  # sums and products to mirror
     task = make_task(config.task, seed=2)
     train = {p.prompt for step in range(50) for p in task.train_batch(step, 16)}
-    assert not train & every_validation
+    assert not train & with_mirrors(every_validation)
