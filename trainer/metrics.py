@@ -68,6 +68,30 @@ where the driver reports it)."""
 VAL_REWARD_AT_1 = "val/reward@1"
 """Mean reward on the held-out prompts, one greedy sample (temperature 0) each."""
 
+# --- skill against shortcut on the addition slices (trainer/tasks/addition_errors.py) ---
+ERROR_CLASSES: tuple[str, ...] = (
+    "correct",
+    "dropped_carry",
+    "spurious_carry",
+    "wrong_digit_count",
+    "other",
+)
+"""The classes of an answer to a two-digit addition, in the order they are checked."""
+VAL_ERROR_PREFIX = "val/error/"
+"""``val/error/<class>/<slice>``: the share of the slice's validation answers (one greedy
+sample each) in that class (:func:`val_error_key`); the run page tables them."""
+VAL_DISCRIMINATION_CARRY = "val/discrimination/carry"
+"""Youden's J of the ones carry: ``val/reward@1/carry + val/reward@1/no_carry - 1`` (0
+for never carrying and for always carrying, 1 for the skill)."""
+VAL_DISCRIMINATION_OVERFLOW = "val/discrimination/overflow"
+"""Youden's J of the hundreds carry: ``val/reward@1/overflow + val/reward@1/no_carry - 1``."""
+
+
+def val_error_key(error_class: str, slice_name: str) -> str:
+    """``val/error/<error_class>/<slice_name>`` (``val/error/spurious_carry/no_carry``)."""
+    return f"{VAL_ERROR_PREFIX}{error_class}/{slice_name}"
+
+
 TIMING_KEYS = frozenset(
     {TOKENS_PER_S, STEP_S, GENERATE_S, EXCHANGE_S, TRAIN_S, GPU_MEM_GB, GPU_UTIL}
 )
@@ -132,6 +156,8 @@ CORE_CATALOGUE: tuple[MetricInfo, ...] = (
     MetricInfo(TRAIN_REWARD_MEAN, "Training reward (mean)", "", REWARDS),
     MetricInfo(VAL_REWARD_AT_1, "Validation reward@1", "", REWARDS),
     MetricInfo(TRAIN_ACCURACY, "Training accuracy", "", REWARDS),
+    MetricInfo(VAL_DISCRIMINATION_CARRY, "Discrimination (J) · carry", "", REWARDS),
+    MetricInfo(VAL_DISCRIMINATION_OVERFLOW, "Discrimination (J) · overflow", "", REWARDS),
     MetricInfo(ENTROPY, "Entropy", "nats", ENTROPY_GROUP),
     MetricInfo(KL_LOSS, "KL loss", "nats", KL),
     MetricInfo(KL_COEF, "KL coefficient", "", KL),
@@ -177,6 +203,17 @@ CORE_FAMILIES: tuple[tuple[re.Pattern[str], str, str, ChartGroup], ...] = (
         "Validation reward@1 · {skill}",
         "",
         REWARDS,
+    ),
+    # Error classes on the addition slices (trainer/tasks/addition_errors.py), one family
+    # per class: val/error/spurious_carry/no_carry, ...
+    *(
+        (
+            re.compile(rf"val/error/{error_class}/(?P<slice>[a-z0-9_]+)"),
+            f"Validation errors · {error_class.replace('_', ' ')} · {{slice}}",
+            "",
+            REWARDS,
+        )
+        for error_class in ERROR_CLASSES
     ),
     # Evaluation suites (trainer/evals/evaluate.py), at the evaluated checkpoint's step:
     # eval/synthetic/larger/accuracy, eval/synthetic/larger/n, ... (SPEC 9).

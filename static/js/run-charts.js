@@ -1,6 +1,7 @@
 // The run page's curves: one Plotly chart per metric key, one trace per policy, grouped
 // as the metric catalogue says; fed incrementally from the series API by
-// MRLRun.charts.refresh() (called by run-page.js's poll loop).
+// MRLRun.charts.refresh() (called by run-page.js's poll loop). The addition slices' error
+// classes (val/error/...) are no charts: run-error-classes.js tables them.
 //
 // What the reader controls (templates/dashboard/_run_curves.html): a search that hides
 // the charts whose key and name do not match, groups that collapse, the smoothing (the
@@ -346,7 +347,12 @@
     const listing = await getJSON(config.urls.keys);
     const full = [];
     const incremental = new Map(); // after_step -> [series]
+    // The error classes' keys (val/error/...) are a table, not twenty charts
+    // (run-error-classes.js): it gets their listing.
+    const table = window.MRLRun.errorClasses;
+    const tabled = table ? listing.keys.filter((s) => table.owns(s.key)) : [];
     for (const s of listing.keys) {
+      if (table && table.owns(s.key)) continue;
       const trace = charts.get(s.key)?.traces.get(s.policy);
       if (trace && trace.lastStep >= s.last_step) continue;
       if (!trace || trace.downsampled || s.n_points > MAX_POINTS) full.push(s);
@@ -355,7 +361,7 @@
         incremental.get(trace.lastStep).push(s);
       }
     }
-    const batches = [];
+    const batches = table ? [table.refresh(tabled)] : [];
     const wanted = (list) => {
       const params = new URLSearchParams();
       for (const key of new Set(list.map((s) => s.key))) params.append("key", key);

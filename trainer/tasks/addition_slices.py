@@ -10,7 +10,10 @@ Every problem is ``a+b`` with ``a, b`` in 10..99 (arithmetic level 3), in one sl
 A policy whose warm-start always drops the ones carry fails every sample on ``carry`` and
 ``carry_overflow``, one that drops the hundreds fails on ``overflow`` and
 ``carry_overflow``: each is right where the other is wrong (``trainer zoo build --recipe
-gap``), and validation reports ``val/reward@1/<slice>`` per slice.
+gap``), and validation reports ``val/reward@1/<slice>`` per slice, and what kind of
+wrong each answer is (``val/error/<class>/<slice>``) with the carries' discrimination
+(``val/discrimination/carry``, ``val/discrimination/overflow``):
+:mod:`trainer.tasks.addition_errors`.
 
 **Held out for every seed.** The problem space is split once, by a hash of the
 expression (:mod:`trainer.tasks.split`), into a validation part (one problem in
@@ -35,6 +38,10 @@ SLICES = ("no_carry", "carry", "overflow", "carry_overflow")
 LEVEL = 3
 """The arithmetic level of every problem (two-digit addition)."""
 OPERANDS = range(10, 100)
+TASK_KIND = "addition_slices"
+"""The task config's ``kind`` of this task, which its problems carry
+(:attr:`Problem.task`): validation adds its error classes and discrimination
+(:mod:`trainer.tasks.addition_errors`)."""
 
 __all__ = [
     "SLICES",
@@ -87,6 +94,8 @@ def _problem(problem_id: str, a: int, b: int) -> Problem:
         answer=str(a + b),
         difficulty=LEVEL,
         skill=slice_of(a, b),
+        task=TASK_KIND,
+        operands=(a, b),
     )
 
 

@@ -13,7 +13,11 @@ class Problem:
     ``prompt`` is the user message (the chat template is applied later, per policy);
     ``answer`` is what the reward compares against (e.g. ``"46"`` or ``"B"``);
     ``skill`` names what it exercises (``"addition"``; empty when the task has no skills):
-    validation reports ``val/reward@1/<skill>`` per skill when there are several.
+    validation reports ``val/reward@1/<skill>`` per skill when there are several;
+    ``task`` is the task kind that made it where that kind reports validation metrics of
+    its own from the answers (:data:`trainer.tasks.task_metrics.TASK_VALIDATION_METRICS`),
+    empty otherwise; ``operands`` are the numbers of its expression where such a task
+    grades the answers by them (``(47, 38)`` for ``47+38`` on ``addition_slices``).
     """
 
     id: str
@@ -21,6 +25,8 @@ class Problem:
     answer: str
     difficulty: int = 0
     skill: str = ""
+    task: str = ""
+    operands: tuple[int, ...] = ()
 
 
 class Task(Protocol):

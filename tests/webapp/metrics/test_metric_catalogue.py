@@ -125,7 +125,13 @@ def test_the_run_page_json_comes_from_the_catalogue() -> None:
     assert groups[0] == {
         "slug": "rewards",
         "title": "Rewards",
-        "keys": [m.TRAIN_REWARD_MEAN, m.VAL_REWARD_AT_1, m.TRAIN_ACCURACY],
+        "keys": [
+            m.TRAIN_REWARD_MEAN,
+            m.VAL_REWARD_AT_1,
+            m.TRAIN_ACCURACY,
+            m.VAL_DISCRIMINATION_CARRY,
+            m.VAL_DISCRIMINATION_OVERFLOW,
+        ],
     }
     remix = next(group for group in groups if group["slug"] == "remix")
     assert m.REMIX_REPLAY_SIZE in remix["keys"]  # it had no group before the catalogue
