@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from trainer.declarations import regime_names, regime_spec, section_names
+from trainer.zoo.catalog import SMOLLM2_IDS, ZOO_PREFIX
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -68,11 +69,13 @@ GENERATED_TASK_KINDS = ("arithmetic", "addition_slices")
 """The task kinds that generate their problems (no data files)."""
 FILE_TASK_KINDS = tuple(kind for kind in TASK_KINDS if kind not in GENERATED_TASK_KINDS)
 SPLITS = ("seed", "hash")
+FINISHED_ONLY = ("auto", "on", "off")
+"""``task.finished_only``: score only finished answers (:attr:`TaskConfig.finished_only`)."""
 """``task.split`` (:class:`trainer.tasks.arithmetic.ArithmeticTask`)."""
 MAX_POOL = 8
 MAX_SLICES_VAL_SIZE = 600
 """The addition_slices task's largest validation set: 150 a slice (its smallest slice's
-validation part holds 157, :mod:`trainer.tasks.addition_slices`)."""
+validation part holds 158, :mod:`trainer.tasks.addition_slices`)."""
 MAX_MICRO_BATCH = 65_536
 """The most sequences one forward/backward takes; the divisibility hint counts up to it."""
 REFLECTION_MARKERS = (
@@ -352,6 +355,26 @@ class TaskConfig:
             "label": "Few-shot examples",
             "min": 0,
             "usual": (0, 8),
+        },
+    )
+    finished_only: str = field(
+        default="auto",
+        metadata={
+            "help": "Score only finished answers: a response counts only if it ended with "
+            "EOS or holds a closed \\boxed{...}; one cut off at max_new_tokens scores 0 "
+            "(else its last number may score, and the regimes may teach it to peers). "
+            "'auto': on when the pool has a pretrained model (SmolLM2 of the zoo, or any "
+            "model directory), off for the tiny zoo; 'on'; 'off'",
+            "label": "Score finished answers only",
+            "choices": FINISHED_ONLY,
+        },
+    )
+    strict_format: bool = field(
+        default=False,
+        metadata={
+            "help": "The answer must be in a closed \\boxed{...}: no fallback to the last "
+            "number (math) or to a letter stated without a box (multiple choice)",
+            "label": "Strict answer format (boxed only)",
         },
     )
 
@@ -721,6 +744,13 @@ class RunConfig:
         elif task.kind in TASK_KINDS:
             check(bool(task.train_path), "task.train_path", f"a {task.kind} task needs train_path")
             check(bool(task.val_path), "task.val_path", f"a {task.kind} task needs val_path")
+        check(
+            task.finished_only in FINISHED_ONLY,
+            "task.finished_only",
+            "use 'auto' (on when the pool has a pretrained model, off for the tiny zoo), 'on' "
+            f"(score only answers that ended with EOS or hold a closed \\boxed{{}}) or 'off'; "
+            f"got {task.finished_only!r}",
+        )
 
         self._validate_regime(check)
         check(self.off_policy in OFF_POLICY, "off_policy", f"use one of {OFF_POLICY}")
@@ -843,6 +873,57 @@ class RunConfig:
 
 
 # --- helpers ----------------------------------------------------------------------------
+def is_pretrained_source(source: str) -> bool:
+    """Whether a policy's model source is a real pretrained model: a zoo SmolLM2
+    (:data:`trainer.zoo.catalog.SMOLLM2_IDS`) or any model outside the zoo (a local
+    model directory); the tiny zoo's random-init and warm-started models are not."""
+    if not source.startswith(ZOO_PREFIX):
+        return True
+    return source[len(ZOO_PREFIX) :] in SMOLLM2_IDS
+
+
+def resolve_finished_only(setting: str, model_sources: typing.Iterable[str]) -> bool:
+    """``task.finished_only`` as it applies to a pool with these model sources: 'on' and
+    'off' as they say; 'auto' on when any of them is pretrained
+    (:func:`is_pretrained_source`), the same for every policy of the pool."""
+    if setting == "auto":
+        return any(is_pretrained_source(source) for source in model_sources)
+    return setting == "on"
+
+
+def finished_only_applies(config: RunConfig) -> bool:
+    """Whether the run scores only finished answers (:func:`resolve_finished_only` of its
+    task's ``finished_only`` over its pool's models)."""
+    return resolve_finished_only(config.task.finished_only, [p.model for p in config.pool])
+
+
+def scoring_summary(config: RunConfig) -> str:
+    """Which scoring rule the run applies, in words: ``task.finished_only`` as set and as
+    resolved over the pool (:func:`finished_only_applies`), and ``task.strict_format``.
+    The trainer logs it once; the run page shows it."""
+    task = config.task
+    applies = finished_only_applies(config)
+    setting = "on" if applies else "off"
+    if task.finished_only == "auto":
+        pretrained = [p.name for p in config.pool if is_pretrained_source(p.model)]
+        why = (
+            f"the pool has a pretrained model ({', '.join(pretrained)})"
+            if pretrained
+            else "the pool holds tiny zoo models only"
+        )
+        setting = f"auto, so {setting}: {why}"
+    finished = (
+        "only responses that ended with EOS or hold a closed \\boxed{} score"
+        if applies
+        else "a response cut off at max_new_tokens may score"
+    )
+    box = "boxed answers only" if task.strict_format else "a box, else the last number"
+    return (
+        f"finished_only {setting} ({finished}); "
+        f"strict_format {'on' if task.strict_format else 'off'} ({box})"
+    )
+
+
 def stored_total_steps(data: Any) -> int | None:
     """:attr:`RunConfig.total_steps` of a stored run config (its JSON data), read without
     validating it, for what shows a run's progress (step N of M): ``steps`` plus the

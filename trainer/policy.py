@@ -140,7 +140,8 @@ from trainer.rollout.engine import CacheKind
 from trainer.shared_prompts import SharedPrompts
 from trainer.shared_prompts import plan as shared_prompt_plan
 from trainer.tasks import Problem
-from trainer.tasks.rewards import RewardFn
+from trainer.tasks.rewards import RewardFn, keep_finished
+from trainer.tasks.task_metrics import task_validation_metrics
 from trainer.thl import encode_text
 
 
@@ -179,6 +180,16 @@ class Rollouts:
         return range(prompt_index * self.group_size, (prompt_index + 1) * self.group_size)
 
 
+@dataclass
+class ValidationOutputs:
+    """One greedy sample per validation problem, in the problems' order."""
+
+    completions: list[str]
+    finished: list[bool]
+    """The sample stopped with EOS (not cut off at ``max_new_tokens``)."""
+    rewards: list[float]
+
+
 class Policy:
     """A policy worker's model state and its training step.
 
@@ -198,8 +209,13 @@ class Policy:
         device: str | torch.device = "cpu",
         objective: str = "grpo",
         prompt_context: PromptContext | None = None,
+        finished_only: bool = False,
     ) -> None:
         self.config = config
+        self.finished_only = finished_only
+        """Score only finished responses (the run's ``task.finished_only``, resolved over
+        the pool): one cut off at ``max_new_tokens`` without a closed box scores 0
+        (:meth:`score_responses`)."""
         self.prompt_context = PromptContext() if prompt_context is None else prompt_context
         """What every prompt starts with (the task config's system prompt and worked
         examples), rendered by this policy's chat template (:meth:`prompt_texts`)."""
@@ -302,10 +318,11 @@ class Policy:
                 temperature=self.temperature,
             )
         g = self.config.group_size
-        rewards = self.reward_fn(
+        rewards = self.score_responses(
             [t for t in texts for _ in range(g)],
             batch.response_texts,
             [p.answer for p in problems for _ in range(g)],
+            batch.finished,
         )
         return Rollouts(
             problems,
@@ -352,9 +369,12 @@ class Policy:
         return sum(rewards) / len(rewards)
 
     def validation_metrics(self, problems: list[Problem], batch_size: int = 64) -> dict[str, float]:
-        """``val/reward@1``, and ``val/reward@1/<skill>`` per skill when the problems
-        exercise several (:attr:`Problem.skill`; one greedy sample each)."""
-        rewards = self.validation_rewards(problems, batch_size)
+        """``val/reward@1``, ``val/reward@1/<skill>`` per skill when the problems
+        exercise several (:attr:`Problem.skill`; one greedy sample each), and what the
+        problems' task adds from the answers (:func:`task_validation_metrics`: the
+        addition slices' error classes and discrimination)."""
+        outputs = self.validation_outputs(problems, batch_size)
+        rewards = outputs.rewards
         metrics = {m.VAL_REWARD_AT_1: sum(rewards) / len(rewards)}
         by_skill: dict[str, list[float]] = {}
         for problem, reward in zip(problems, rewards, strict=True):
@@ -363,12 +383,35 @@ class Policy:
         if len(by_skill) > 1:
             for skill, values in sorted(by_skill.items()):
                 metrics[f"val/reward@1/{skill}"] = sum(values) / len(values)
-        return metrics
+        return metrics | task_validation_metrics(problems, outputs.completions, rewards)
 
-    @torch.no_grad()
+    def score_responses(
+        self,
+        prompts: Sequence[str],
+        completions: Sequence[str],
+        answers: Sequence[str],
+        finished: Sequence[bool],
+    ) -> list[float]:
+        """The reward of each response (``finished``: it stopped with EOS rather than at
+        ``max_new_tokens``), for rollouts and validation alike: :attr:`reward_fn`'s, and
+        under :attr:`finished_only` 0 for a response that did not finish
+        (:func:`~trainer.tasks.rewards.counts_as_finished`: no EOS and no closed box)."""
+        rewards = self.reward_fn(prompts, completions, answers)
+        if self.finished_only:
+            return keep_finished(rewards, completions, finished)
+        return rewards
+
     def validation_rewards(self, problems: list[Problem], batch_size: int = 64) -> list[float]:
         """The reward of one greedy sample per held-out problem, in order."""
-        rewards: list[float] = []
+        return self.validation_outputs(problems, batch_size).rewards
+
+    @torch.no_grad()
+    def validation_outputs(
+        self, problems: list[Problem], batch_size: int = 64
+    ) -> ValidationOutputs:
+        """One greedy sample per held-out problem, in order: its text, whether it
+        finished, and its reward (:meth:`score_responses`)."""
+        outputs = ValidationOutputs([], [], [])
         for start in range(0, len(problems), batch_size):
             chunk = problems[start : start + batch_size]
             texts = self.prompt_texts(chunk)
@@ -380,8 +423,12 @@ class Policy:
                     temperature=1.0,
                     greedy=True,
                 )
-            rewards += self.reward_fn(texts, out.response_texts, [p.answer for p in chunk])
-        return rewards
+            outputs.completions += out.response_texts
+            outputs.finished += out.finished
+            outputs.rewards += self.score_responses(
+                texts, out.response_texts, [p.answer for p in chunk], out.finished
+            )
+        return outputs
 
     # --- the update ---------------------------------------------------------------------
     def train_step(self, batch: LearnerBatch, update: Update | None = None) -> dict[str, float]:

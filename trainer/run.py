@@ -43,7 +43,7 @@ from trainer.checkpoint import (
     save_worker_state,
     write_state,
 )
-from trainer.config import ConfigError, PolicyConfig, RunConfig
+from trainer.config import ConfigError, PolicyConfig, RunConfig, scoring_summary
 from trainer.devices import DeviceError, DeviceRuntime, TorchCuda, WorkerDevice
 from trainer.exchange import SharedExperienceExchange, StepRecord
 from trainer.models import ModelSourceError, check_model_source
@@ -55,7 +55,7 @@ from trainer.remix import Consumption, self_reflection_rate
 from trainer.remix.reuse import ReMix
 from trainer.shipper import Shipper
 from trainer.spool import Spool, SpoolOffsets, make_point
-from trainer.tasks import Problem, Task, get_reward, make_task
+from trainer.tasks import Problem, Task, get_reward, make_task, run_scoring
 from trainer.tasks.few_shot import prompt_context
 from trainer.zoo import resolve_model_source
 
@@ -358,17 +358,21 @@ def _train(
     policy_config = config.pool[rank]
     _seed_everything(config.seed * 1000 + rank)
     task = make_task(config.task, seed=config.seed)
+    scoring = run_scoring(config)
+    if rank == 0:
+        log.info("scoring: %s", scoring_summary(config))
     model_dir, tokenizer_dir = options.model_dirs[policy_config.name]
     policy = Policy(
         policy_config,
         config.grpo,
         model_dir=model_dir,
         tokenizer_dir=tokenizer_dir,
-        reward_fn=get_reward(task.reward_name),
+        reward_fn=get_reward(task.reward_name, strict_format=scoring.strict_format),
         success_threshold=config.success_threshold,
         device=worker.device,
         objective=config.objective,
         prompt_context=prompt_context(config.task, task),
+        finished_only=scoring.finished_only,
     )
     tokenizer_dirs = {name: dirs[1] for name, dirs in options.model_dirs.items()}
     regime = make_regime(config, policy.name, tokenizer_dirs)

@@ -46,6 +46,7 @@ from trainer.wire import (
     EVENT,
     EVENT_KINDS,
     MAX_EVENT_SAMPLES,
+    MAX_SAMPLE_REASON,
     MAX_SAMPLE_TEXT,
     MAX_SAMPLE_TOKENS,
     MAX_TOKEN_CHARS,
@@ -138,11 +139,14 @@ class Event(TypedDict):
 
 class Sample(TypedDict):
     """One response that crossed with an event: its text and, where THL retokenized it,
-    its tokens in the target's tokenizer (:func:`make_sample`)."""
+    its tokens in the target's tokenizer; whether it ended with EOS (``finished``) and why
+    it counted (``reason``), where known (:func:`make_sample`)."""
 
     text: str
     tokens: NotRequired[list[str]]
     reward: NotRequired[float | None]
+    finished: NotRequired[bool]
+    reason: NotRequired[str]
     truncated: bool
 
 
@@ -202,9 +206,18 @@ def make_point(
     }
 
 
-def make_sample(text: str, tokens: list[str] | None = None, reward: float | None = None) -> Sample:
+def make_sample(
+    text: str,
+    tokens: list[str] | None = None,
+    reward: float | None = None,
+    *,
+    finished: bool | None = None,
+    reason: str | None = None,
+) -> Sample:
     """What crossed with an event, cut to the contract's bounds (``truncated`` says so):
-    the response ``text`` and, for THL paths, its ``tokens`` in the target's tokenizer."""
+    the response ``text`` and, for THL paths, its ``tokens`` in the target's tokenizer;
+    ``finished`` (it ended with EOS, not cut off at ``max_new_tokens``) and ``reason``
+    (why it counted: :func:`trainer.tasks.rewards.score_reason`) when known."""
     if not isinstance(text, str):
         raise WireError(f"text must be a string, not {type(text).__name__}")
     sample_text, truncated = clip_text(text, MAX_SAMPLE_TEXT)
@@ -216,6 +229,13 @@ def make_sample(text: str, tokens: list[str] | None = None, reward: float | None
         sample["truncated"] = sample["truncated"] or truncated
     if reward is not None and math.isfinite(float(reward)):
         sample["reward"] = float(reward)  # a non-finite reward is left out, as unknown
+    if finished is not None:
+        sample["finished"] = bool(finished)
+    if reason is not None:
+        if not isinstance(reason, str):
+            raise WireError(f"reason must be a string, not {type(reason).__name__}")
+        # Clipped without marking ``truncated``: that flag is about the text and tokens.
+        sample["reason"] = clip_text(reason, MAX_SAMPLE_REASON)[0]
     return sample
 
 
@@ -228,7 +248,13 @@ def _check_samples(samples: Any) -> list[Sample]:
     for sample in samples[:MAX_EVENT_SAMPLES]:
         if not isinstance(sample, Mapping) or "text" not in sample:
             raise WireError(f"a sample is a dict with a text, not {sample!r}")
-        again = make_sample(sample["text"], sample.get("tokens"), sample.get("reward"))
+        again = make_sample(
+            sample["text"],
+            sample.get("tokens"),
+            sample.get("reward"),
+            finished=sample.get("finished"),
+            reason=sample.get("reason"),
+        )
         again["truncated"] = again["truncated"] or bool(sample.get("truncated"))
         checked.append(again)
     return checked

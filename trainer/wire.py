@@ -57,6 +57,8 @@ MAX_SAMPLE_TOKENS = 512
 """A sample's token strings."""
 MAX_TOKEN_CHARS = 32
 """One token string's characters."""
+MAX_SAMPLE_REASON = 300
+"""A sample's ``reason`` (why its response counted), in characters."""
 STATUS_STATES = ("running", "completing", "completed", "failed")
 """What a trainer may report of itself (the run's state machine decides what applies)."""
 NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -331,6 +333,26 @@ SAMPLE = Record(
             required=False,
             nullable=True,
             written=False,
+        ),
+        Field(
+            "finished",
+            "boolean",
+            "The response ended with EOS (false: cut off at max_new_tokens); null or "
+            "missing: not recorded (trainers before 2026-12)",
+            required=False,
+            nullable=True,
+            written=False,
+        ),
+        Field(
+            "reason",
+            "string",
+            "Why the response counted or not: what the reward read against the reference, "
+            'and how it ended ("\\boxed{85} = 85; ended with EOS", "last number 1 = 1 (no '
+            'box); cut off at max_new_tokens"); null or missing: not recorded',
+            required=False,
+            nullable=True,
+            written=False,
+            max_length=MAX_SAMPLE_REASON,
         ),
         Field(
             "truncated",

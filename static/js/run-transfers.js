@@ -68,11 +68,25 @@
     return el("p", { class: "muted", "data-testid": "transfer-token-markers" }, `In these tokens ${meanings}.`);
   }
 
+  // Whether the response ended with EOS and why it scored what it did (trainers since
+  // 2026-12 send both; an older event has neither, and says nothing of them).
+  function scoringNote(sample) {
+    const parts = [];
+    if (sample.finished === false) parts.push("Unfinished: cut off at max_new_tokens.");
+    if (typeof sample.reason === "string" && sample.reason) parts.push(`Scored: ${sample.reason}`);
+    if (!parts.length) return null;
+    const attrs = { class: sample.finished === false ? "transfer-reason warn" : "transfer-reason muted", "data-testid": "transfer-reason" };
+    return el("p", attrs, parts.join(" "));
+  }
+
   function sampleBlock(sample, index, detail) {
     const box = el("div", { class: "transfer-sample" });
     const head = [`Response ${index + 1}`];
     if (sample.reward !== undefined && sample.reward !== null) head.push(`reward ${readable(sample.reward)}`);
+    if (sample.finished === false) head.push("unfinished");
     box.append(el("h4", {}, head.join(" · ")));
+    const note = scoringNote(sample);
+    if (note) box.append(note);
     const text = el("pre", { class: "transfer-text", "data-testid": "transfer-text" });
     text.textContent = sample.text === "" ? "(empty response)" : sample.text;
     box.append(text);

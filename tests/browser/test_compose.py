@@ -43,6 +43,24 @@ def test_compose_a_three_policy_sgt_experiment(
     page.get_by_test_id("policy-form").nth(1).get_by_test_id("move-up").click()
     assert page.evaluate("window.__sameDocument") is True
 
+    # What counts as a correct answer (issue 45): both task options, shown with their help.
+    finished_only = page.locator("label[for=id_task-finished_only]")
+    expect(finished_only).to_be_visible()
+    expect(finished_only).to_contain_text("Score finished answers only")
+    expect(page.locator("#id_task-finished_only_helptext")).to_be_visible()
+    expect(page.locator("#id_task-finished_only_helptext")).to_contain_text(
+        "a response counts only if it ended with EOS or holds a closed \\boxed{...}"
+    )
+    expect(page.locator("[name=task-finished_only]")).to_have_value("auto")
+    page.select_option("[name=task-finished_only]", "on")
+    strict = page.locator("label[for=id_task-strict_format]")
+    expect(strict).to_be_visible()
+    expect(strict).to_contain_text("Strict answer format (boxed only)")
+    expect(page.locator("#id_task-strict_format_helptext")).to_contain_text(
+        "no fallback to the last number"
+    )
+    page.check("[name=task-strict_format]")
+
     # A mistake: G = 1. Preview shows the message next to the field.
     page.fill("[name=pool-1-group_size]", "1")
     page.fill("[name=sgt-lambda_sgt]", "0.3")
@@ -58,6 +76,7 @@ def test_compose_a_three_policy_sgt_experiment(
     expect(page.get_by_test_id("plan-row")).to_have_count(3)
     expect(page.get_by_test_id("plan-row").nth(0)).to_have_attribute("data-policy", "gpt2")
     expect(page.get_by_test_id("preview-config")).to_contain_text('"lambda_sgt": 0.3')
+    expect(page.get_by_test_id("preview-config")).to_contain_text('"finished_only": "on"')
 
     page.get_by_test_id("save").click()
     page.wait_for_url(f"{base}/experiments/*/")
@@ -68,4 +87,6 @@ def test_compose_a_three_policy_sgt_experiment(
     # pool-1 is the second policy as first rendered (qwen-bpe), wherever it moved.
     assert [p["group_size"] for p in experiment.config["pool"]] == [8, 8, 4]
     assert experiment.config["sgt"]["lambda_sgt"] == 0.3
+    assert experiment.config["task"]["finished_only"] == "on"
+    assert experiment.config["task"]["strict_format"] is True
     assert experiment.seeds == [0, 1]

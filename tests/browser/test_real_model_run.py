@@ -286,6 +286,10 @@ def test_a_smollm2_sgt_run_composed_and_launched_in_the_browser(
     expected = receiver.convert_ids_to_tokens(ids)
     assert tokens in (expected, [*expected, receiver.eos_token]), (text, tokens, expected)
     expect(detail).to_contain_text(f"What {source} sent to {target} for this prompt at step")
+    # Why it counted, as the sender scored it (a pool with SmolLM2: finished answers only).
+    expect(detail.get_by_test_id("transfer-reason").first).to_contain_text(
+        re.compile(r"Scored: (\\boxed\{\d+\}|last number \d+) = \d+")
+    )
     expect(detail).to_contain_text(f"Retokenized for {target} (THL): {len(tokens)} token")
     if any("Ġ" in token for token in tokens):  # byte-level BPE's space, explained
         expect(detail.get_by_test_id("transfer-token-markers").first).to_contain_text(

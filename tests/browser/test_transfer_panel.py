@@ -178,6 +178,7 @@ def test_a_row_opens_to_show_what_crossed(page: Page, prp_run: Run) -> None:
     expect(detail).to_contain_text("1 of the 2 that crossed")
     expect(detail).to_contain_text("Retokenized for qwen (THL): 8 tokens")
     expect(detail.locator("[data-testid=transfer-tokens] li")).to_have_text(TOKENS)
+    expect(detail.get_by_test_id("transfer-reason")).to_have_count(0)  # its trainer said none
     page.evaluate("window.MRLRun.transfers.refresh()")  # what the poll loop does: it stays open
     expect(page.get_by_test_id("transfer-text")).to_have_text(TEXT)
     first.get_by_role("button").click()
@@ -210,3 +211,59 @@ def test_a_sharing_run_without_events_says_no_transfers_yet(
     expect(page.get_by_test_id("transfer-matrix")).to_be_hidden()
     expect(page.locator("#transfer-over-time .main-svg")).to_have_count(0)
     expect(page.get_by_test_id("transfer-table")).to_be_visible()
+
+
+CUT_OFF = "Computing 1 (1 + 1) is a classic reminder that some"
+RESCUES = [
+    {
+        "step": 3,
+        "source": "llama",
+        "target": "qwen",
+        "kind": "success",
+        "prompt_id": "arith-00001",
+        "samples": [
+            {
+                "text": CUT_OFF,
+                "finished": False,
+                "reason": "last number 1 = 1 (no box); cut off at max_new_tokens",
+            }
+        ],
+    },
+    {
+        "step": 4,
+        "source": "qwen",
+        "target": "llama",
+        "kind": "success",
+        "prompt_id": "arith-00002",
+        "samples": [
+            {"text": "\\boxed{85}", "finished": True, "reason": "\\boxed{85} = 85; ended with EOS"}
+        ],
+    },
+]
+
+
+def test_a_rescue_row_says_why_its_response_counted_and_marks_an_unfinished_one(
+    page: Page, live_server: Any, alice: User, make_experiment: Callable[..., Experiment]
+) -> None:
+    experiment = make_experiment(regime="sgt", seeds=(0,))
+    _open(page, live_server.url, alice, experiment, RESCUES)
+    _wait_for(page, LOG, ["3 llama qwen", "4 qwen llama"])
+    rows = page.locator("#transfer-rows tr[data-event-id]")
+
+    rows.nth(0).get_by_role("button").click()
+    detail = page.get_by_test_id("transfer-detail")
+    expect(detail.get_by_test_id("transfer-text")).to_have_text(CUT_OFF)
+    expect(detail.locator(".transfer-sample h4").first).to_have_text("Response 1 · unfinished")
+    expect(detail.get_by_test_id("transfer-reason")).to_have_text(
+        "Unfinished: cut off at max_new_tokens. "
+        "Scored: last number 1 = 1 (no box); cut off at max_new_tokens"
+    )
+    rows.nth(0).get_by_role("button").click()
+    expect(page.get_by_test_id("transfer-detail")).to_have_count(0)
+
+    rows.nth(1).get_by_role("button").click()
+    detail = page.get_by_test_id("transfer-detail")
+    expect(detail.locator(".transfer-sample h4").first).to_have_text("Response 1")
+    expect(detail.get_by_test_id("transfer-reason")).to_have_text(
+        "Scored: \\boxed{85} = 85; ended with EOS"
+    )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from trainer.config import TaskConfig
+from trainer.config import RunConfig, TaskConfig, finished_only_applies
 from trainer.tasks.addition_slices import AdditionSlicesTask
 from trainer.tasks.arithmetic import ArithmeticTask
 from trainer.tasks.base import Problem, Task
 from trainer.tasks.loaders import FileTask, load_math_file, load_multiple_choice_file
-from trainer.tasks.rewards import REWARDS, RewardFn, get_reward
+from trainer.tasks.rewards import REWARDS, RewardFn, Scoring, get_reward
 
 __all__ = [
     "REWARDS",
@@ -16,11 +16,14 @@ __all__ = [
     "FileTask",
     "Problem",
     "RewardFn",
+    "Scoring",
     "Task",
     "get_reward",
     "load_math_file",
     "load_multiple_choice_file",
     "make_task",
+    "run_scoring",
+    "task_reward_name",
 ]
 
 FILE_TASK_REWARDS = {"math_file": "math", "multiple_choice_file": "multiple_choice"}
@@ -47,3 +50,20 @@ def make_task(config: TaskConfig, *, seed: int) -> Task:
         )
     known = ", ".join(["arithmetic", "addition_slices", *FILE_TASK_REWARDS])
     raise ValueError(f"unknown task kind {config.kind!r}; use one of {known}")
+
+
+def task_reward_name(config: TaskConfig) -> str:
+    """The name of the reward of the task ``config`` asks for (in :data:`REWARDS`): the
+    file tasks' own, ``math`` for the generated ones."""
+    return FILE_TASK_REWARDS.get(config.kind, "math")
+
+
+def run_scoring(config: RunConfig) -> Scoring:
+    """What counts as a correct response in this run: its task's reward, with
+    ``task.finished_only`` resolved over the pool (:func:`trainer.config.finished_only_applies`:
+    the same for every policy) and ``task.strict_format``."""
+    return Scoring(
+        reward=task_reward_name(config.task),
+        finished_only=finished_only_applies(config),
+        strict_format=config.task.strict_format,
+    )

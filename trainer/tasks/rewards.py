@@ -10,6 +10,20 @@ Two rewards, both 1.0 for a correct completion and 0.0 otherwise:
 * ``multiple_choice``: the chosen letter (``B``, ``(B)``, ``B.``, ``Answer: B``,
   ``\\boxed{B}``, ``the answer is B``) against the reference letter.
 
+What counts (the task's ``finished_only`` and ``strict_format``, :class:`Scoring`):
+
+* ``strict_format``: the answer must be in a closed ``\\boxed{...}``; no fallback to the
+  last number (math) or to a letter stated without a box (multiple choice):
+  ``get_reward(name, strict_format=True)``;
+* ``finished_only``: only a finished response counts (:func:`counts_as_finished`: it
+  stopped with EOS, or it holds a closed box); one cut off at ``max_new_tokens`` without
+  a box scores 0, so "Computing 1 (1 + 1) is a classic reminder that some" (cut off) is
+  not a correct answer 1.
+
+:func:`score_reason` says in words why a response counted or not ("\\boxed{85} = 85;
+ended with EOS", "last number 1 = 1 (no box); cut off at max_new_tokens"): the transfer
+events' samples carry it.
+
 Threads: math-verify's own timeouts use ``signal.alarm``, which only works in the main
 thread (and would cancel other SIGALRM users such as pytest-timeout), and cannot
 interrupt a long big-integer operation anyway. So math-verify is called with its
@@ -24,6 +38,7 @@ import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
@@ -85,15 +100,16 @@ def extract_last_number(text: str) -> str | None:
     return numbers[-1].replace(",", "") if numbers else None
 
 
-def extract_final_answer(text: str) -> str | None:
-    """The final answer of a completion: its last box if any, else its last number.
+def extract_final_answer(text: str, *, strict_format: bool = False) -> str | None:
+    """The final answer of a completion: its last box if any, else (unless
+    ``strict_format``) its last number.
 
     A completion that opens a box but never closes one (cut off mid-answer) has none.
     """
     boxed = extract_boxed(text)
     if boxed is not None:
         return boxed.strip()
-    if _BOX_START.search(text):
+    if strict_format or _BOX_START.search(text):
         return None
     return extract_last_number(text)
 
@@ -266,9 +282,10 @@ def _clearly_different_numbers(gold: str, predicted: str) -> bool:
     return abs(a - b) > Decimal("1e-4") * max(Decimal(1), abs(a))
 
 
-def math_score(completion: str, answer: str) -> float:
-    """1.0 when the final answer of ``completion`` is equivalent to ``answer``, else 0.0."""
-    extracted = extract_final_answer(completion)
+def math_score(completion: str, answer: str, *, strict_format: bool = False) -> float:
+    """1.0 when the final answer of ``completion`` is equivalent to ``answer``, else 0.0
+    (``strict_format``: only a boxed answer is read, :func:`extract_final_answer`)."""
+    extracted = extract_final_answer(completion, strict_format=strict_format)
     if extracted is None:
         return 0.0
     predicted, gold = normalize_answer(extracted), normalize_answer(_reference(answer))
@@ -294,6 +311,17 @@ def math_reward(
     ]
 
 
+def strict_math_reward(
+    prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str]
+) -> list[float]:
+    """:func:`math_reward` reading boxed answers only (``strict_format``)."""
+    _check_lengths(prompts, completions, answers)
+    return [
+        math_score(completion, answer, strict_format=True)
+        for completion, answer in zip(completions, answers, strict=True)
+    ]
+
+
 # Explicit statements of a choice; the last one wins over any bare mention.
 _STATED_CHOICE = re.compile(
     r"\\(?:boxed|fbox)\s*\{\s*(?:\\text(?:bf)?\s*\{\s*)?\(?(?P<boxed>[A-Za-z])\)?\.?\s*\}?\s*\}"
@@ -305,8 +333,9 @@ _BARE_CHOICE = re.compile(r"\((?P<paren>[A-Z])\)|(?m:^[^\S\n]*(?P<line>[A-Z])(?:
 _LINE_END = re.compile(r"[\s.)!]*")
 
 
-def extract_choice(text: str) -> str | None:
-    """The letter a completion chooses, upper case; None when it names none.
+def extract_choice(text: str, *, strict_format: bool = False) -> str | None:
+    """The letter a completion chooses, upper case; None when it names none
+    (``strict_format``: only a boxed letter, :func:`extract_boxed_choice`, counts).
 
     An explicit statement (``\\boxed{B}``, ``Answer: B``, ``the answer is b``) wins over
     a bare mention (``(B)``, or ``B`` / ``B.`` opening a line); among those of the same
@@ -314,6 +343,8 @@ def extract_choice(text: str) -> str | None:
     is" / "answer:" at the end of its line, so the article in "the answer is a dog" is
     not choice A.
     """
+    if strict_format:
+        return extract_boxed_choice(text)
     stated: str | None = None
     for match in _STATED_CHOICE.finditer(text):
         letter = match.group("boxed") or _stated_letter(match)
@@ -323,6 +354,13 @@ def extract_choice(text: str) -> str | None:
         return stated
     bare = [m.group("paren") or m.group("line") for m in _BARE_CHOICE.finditer(text)]
     return bare[-1] if bare else None
+
+
+def extract_boxed_choice(text: str) -> str | None:
+    """The letter of the last ``\\boxed{B}`` (``\\boxed{(b)}``, ``\\boxed{\\text{B}}``)
+    in ``text``, upper case; None when no box holds a letter."""
+    boxed = [m.group("boxed") for m in _STATED_CHOICE.finditer(text) if m.group("boxed")]
+    return boxed[-1].upper() if boxed else None
 
 
 def _stated_letter(match: re.Match[str]) -> str | None:
@@ -350,17 +388,152 @@ def multiple_choice_reward(
     ]
 
 
+def strict_multiple_choice_reward(
+    prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str]
+) -> list[float]:
+    """:func:`multiple_choice_reward` reading boxed letters only (``strict_format``)."""
+    _check_lengths(prompts, completions, answers)
+    return [
+        1.0 if extract_boxed_choice(completion) == _answer_letter(answer) else 0.0
+        for completion, answer in zip(completions, answers, strict=True)
+    ]
+
+
 REWARDS: dict[str, RewardFn] = {
     "math": math_reward,
     "multiple_choice": multiple_choice_reward,
 }
+STRICT_REWARDS: dict[str, RewardFn] = {
+    "math": strict_math_reward,
+    "multiple_choice": strict_multiple_choice_reward,
+}
+"""The same rewards under ``strict_format``: the answer must be in a closed box."""
 
 
-def get_reward(name: str) -> RewardFn:
-    """The reward registered as ``name``; a ``KeyError`` lists the known names."""
+def get_reward(name: str, *, strict_format: bool = False) -> RewardFn:
+    """The reward registered as ``name`` (its :data:`STRICT_REWARDS` variant with
+    ``strict_format``); a ``KeyError`` lists the known names."""
     try:
-        return REWARDS[name]
+        return (STRICT_REWARDS if strict_format else REWARDS)[name]
     except KeyError:
         raise KeyError(
             f"unknown reward {name!r}; known rewards: {', '.join(sorted(REWARDS))}"
         ) from None
+
+
+# --- what counts --------------------------------------------------------------------------
+ENDED_WITH_EOS = "ended with EOS"
+CUT_OFF = "cut off at max_new_tokens"
+
+
+def counts_as_finished(text: str, ended_with_eos: bool) -> bool:
+    """Whether a response is a finished answer: it stopped with EOS, or it holds a closed
+    ``\\boxed{...}`` (a boxed answer is final even when the text then ran on to
+    ``max_new_tokens``). Under ``finished_only`` any other response scores 0."""
+    return ended_with_eos or extract_boxed(text) is not None
+
+
+def keep_finished(
+    rewards: Sequence[float], completions: Sequence[str], finished: Sequence[bool]
+) -> list[float]:
+    """``rewards`` with those of unfinished responses (:func:`counts_as_finished`) set to 0."""
+    if not len(rewards) == len(completions) == len(finished):
+        raise ValueError(
+            f"one reward and one finished flag per completion; got {len(rewards)} rewards, "
+            f"{len(completions)} completions, {len(finished)} flags"
+        )
+    return [
+        float(reward) if counts_as_finished(text, ended) else 0.0
+        for reward, text, ended in zip(rewards, completions, finished, strict=True)
+    ]
+
+
+def read_answer(
+    reward: str, completion: str, *, strict_format: bool = False
+) -> tuple[str, bool] | None:
+    """What reward ``reward`` reads as the final answer of ``completion``, as a person
+    would write it, and whether it was boxed: ``("\\boxed{85}", True)``, ``("last number
+    1", False)``, ``("choice B", False)``; None when it reads none."""
+    if reward == "multiple_choice":
+        letter = extract_choice(completion, strict_format=strict_format)
+        if letter is None:
+            return None
+        if extract_boxed_choice(completion) == letter:
+            return f"\\boxed{{{letter}}}", True
+        return f"choice {letter}", False
+    boxed_text = extract_boxed(completion)
+    if boxed_text is not None:
+        return f"\\boxed{{{boxed_text.strip()}}}", True
+    extracted = extract_final_answer(completion, strict_format=strict_format)
+    return None if extracted is None else (f"last number {extracted}", False)
+
+
+def reference_text(reward: str, answer: str) -> str:
+    """The reference answer as reward ``reward`` compares with it (a letter, or the math
+    answer unwrapped from its box)."""
+    return _answer_letter(answer) if reward == "multiple_choice" else _reference(answer)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What counts as a correct response: the task's reward and its format options
+    (``task.finished_only`` resolved to a bool, ``task.strict_format``)."""
+
+    reward: str = "math"
+    finished_only: bool = False
+    strict_format: bool = False
+
+    def reward_fn(self) -> RewardFn:
+        """The reward callable (its strict variant under ``strict_format``)."""
+        return get_reward(self.reward, strict_format=self.strict_format)
+
+    def rewards(
+        self,
+        prompts: Sequence[str],
+        completions: Sequence[str],
+        answers: Sequence[str],
+        finished: Sequence[bool],
+    ) -> list[float]:
+        """The reward of each response; under ``finished_only`` 0 for an unfinished one."""
+        rewards = self.reward_fn()(prompts, completions, answers)
+        return keep_finished(rewards, completions, finished) if self.finished_only else rewards
+
+    def reason(self, completion: str, answer: str, ended_with_eos: bool, reward: float) -> str:
+        """Why a response with this ``reward`` counted or not (:func:`score_reason`)."""
+        return score_reason(
+            self.reward,
+            completion,
+            answer,
+            ended_with_eos,
+            reward,
+            finished_only=self.finished_only,
+            strict_format=self.strict_format,
+        )
+
+
+def score_reason(
+    reward: str,
+    completion: str,
+    answer: str,
+    ended_with_eos: bool,
+    score: float,
+    *,
+    finished_only: bool = False,
+    strict_format: bool = False,
+) -> str:
+    """Why ``completion`` scored ``score``, in words: what was read against the reference,
+    then how the response ended. ``"\\boxed{85} = 85; ended with EOS"``, ``"last number
+    1 = 1 (no box); cut off at max_new_tokens"``, ``"\\boxed{84} ≠ 85; ended with EOS"``,
+    and, under ``finished_only``, ``"unfinished: cut off at max_new_tokens with no closed
+    \\boxed{} (finished_only scores it 0)"``."""
+    ending = ENDED_WITH_EOS if ended_with_eos else CUT_OFF
+    if finished_only and not counts_as_finished(completion, ended_with_eos):
+        return f"unfinished: {CUT_OFF} with no closed \\boxed{{}} (finished_only scores it 0)"
+    reading = read_answer(reward, completion, strict_format=strict_format)
+    if reading is None:
+        missing = "no closed \\boxed{} (strict_format)" if strict_format else "no answer found"
+        return f"{missing}; {ending}"
+    what, boxed = reading
+    relation = "=" if score > 0 else "≠"
+    unboxed = "" if boxed else " (no box)"
+    return f"{what} {relation} {reference_text(reward, answer)}{unboxed}; {ending}"

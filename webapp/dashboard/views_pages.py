@@ -23,8 +23,16 @@ from scheduler.backends import log_tail
 from scheduler.dispatch import enqueue_cancel
 from scheduler.jobs import JobSpecError
 from scheduler.run_job import job_spec
-from trainer.metrics import POOL, POOL_REDUCTIONS, policy_label
+from trainer.config import ConfigError, RunConfig, scoring_summary
+from trainer.metrics import (
+    ERROR_CLASSES,
+    POOL,
+    POOL_REDUCTIONS,
+    VAL_ERROR_PREFIX,
+    policy_label,
+)
 from trainer.regimes import REGIMES, regime_spec
+from trainer.tasks.addition_slices import SLICES
 from trainer.wire import event_kinds
 from webapp.core.permissions import can_edit, get_editable, get_viewable
 from webapp.core.selectors import worker_status
@@ -137,6 +145,15 @@ def run_list(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/run_list.html", context)
 
 
+def run_scoring_text(config: Any) -> str | None:
+    """Which scoring rule a run applies (:func:`trainer.config.scoring_summary`: its
+    ``task.finished_only`` resolved over its pool); None for a config that does not read."""
+    try:
+        return scoring_summary(RunConfig.from_dict(config))
+    except ConfigError:
+        return None
+
+
 @login_required
 @require_safe
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -149,6 +166,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "metricFamilies": families_as_json(),
         "poolLabels": {key: policy_label(POOL, key) for key in POOL_REDUCTIONS},
         "eventKinds": {kind.name: kind.label for kind in event_kinds()},
+        "errorClasses": error_classes_table(),
         "urls": {
             "status": reverse("api:status", args=[run.pk]),
             "keys": reverse("api:keys", args=[run.pk]),
@@ -166,9 +184,11 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "run": run,
         "experiment": run.experiment,
         "config_json": json.dumps(run.config, indent=2),
+        "scoring": run_scoring_text(run.config),
         "state_changes": run.state_changes.all(),
         "progress": progress_of_run(run),
         "page_config": page_config,
+        "error_classes": page_config["errorClasses"]["classes"],
         "can_edit": can_edit(request.user, run),
         "new_token": request.session.pop(f"run-token-{run.pk}", None),
         **_transfer_panel(run.config),
@@ -176,6 +196,18 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "worker": worker_status(),
     }
     return render(request, "dashboard/run_detail.html", context)
+
+
+def error_classes_table() -> dict[str, Any]:
+    """What the run page's "Answers by error class" table reads (run-error-classes.js):
+    the key prefix of its points (``val/error/<class>/<slice>``, which the curves leave
+    out), the classes in their order with the names people read ("dropped carry"), and
+    the slices in their order."""
+    return {
+        "prefix": VAL_ERROR_PREFIX,
+        "classes": [{"key": name, "label": name.replace("_", " ")} for name in ERROR_CLASSES],
+        "slices": list(SLICES),
+    }
 
 
 def _evaluation_panel(run: Run) -> dict[str, Any]:

@@ -16,12 +16,15 @@ numbers or null; ``kind`` is an event kind of a registered regime (read once per
 ``count`` defaults to 1. A batch holds at most 10,000 points and 10,000 events (413 above).
 
 An event may carry ``samples``, what crossed (null or missing for old trainers): at most
-:data:`MAX_EVENT_SAMPLES` objects ``{"text", "tokens"?, "reward"?, "truncated"?}``:
-the peer's response text (at most :data:`MAX_SAMPLE_TEXT` characters, may be empty),
-its retokenization in the target's tokenizer as token strings (at most
-:data:`MAX_SAMPLE_TOKENS`, each at most :data:`MAX_TOKEN_CHARS` characters), the
-rollout's reward (finite or null) and whether the trainer cut the text or tokens to
-these bounds. Anything longer is refused (400), not cut: the trainer does the cutting.
+:data:`MAX_EVENT_SAMPLES` objects ``{"text", "tokens"?, "reward"?, "finished"?,
+"reason"?, "truncated"?}``: the peer's response text (at most :data:`MAX_SAMPLE_TEXT`
+characters, may be empty), its retokenization in the target's tokenizer as token strings
+(at most :data:`MAX_SAMPLE_TOKENS`, each at most :data:`MAX_TOKEN_CHARS` characters), the
+rollout's reward (finite or null), whether the response ended with EOS (true, false, or
+null when not recorded), why it counted (a string of at most ``MAX_SAMPLE_REASON``
+characters, or null; trainers before 2026-12 send neither) and whether the trainer cut
+the text or tokens to these bounds. Anything longer is refused (400), not cut: the
+trainer does the cutting.
 
 A body is read twice at most, with one answer. The fast reading (:func:`_parse_fast`)
 decodes with orjson and checks the points column by column (the types of a whole
@@ -367,6 +370,7 @@ _source, _target = _string(EVENT["source"]), _string(EVENT["target"])
 _prompt_id, _weight = _string(EVENT["prompt_id"]), _finite_or_null(EVENT["weight"])
 _text, _token = _string(SAMPLE["text"]), _string(cast(Field, SAMPLE["tokens"].items))
 _reward = _finite_or_null(SAMPLE["reward"])
+_reason = _string(SAMPLE["reason"])
 _message = _string(STATUS["message"])
 _KIND, _STATE = EVENT["kind"], STATUS["state"]
 _COUNT_DEFAULT, _MESSAGE_DEFAULT = EVENT["count"].default, STATUS["message"].default
@@ -452,6 +456,16 @@ def parse_sample(where: str, record: Any) -> dict[str, Any]:
         sample["tokens"] = [_token(where, token, f"tokens[{i}]") for i, token in enumerate(tokens)]
     if "reward" in record:
         sample["reward"] = _reward(where, record["reward"])
+    finished = record.get("finished")
+    if finished is not None:
+        if type(finished) is not bool:
+            raise BatchError(
+                f"{where}.finished: must be true, false or null, not {_show(finished)}"
+            )
+        sample["finished"] = finished
+    reason = record.get("reason")
+    if reason is not None:
+        sample["reason"] = _reason(where, reason)
     truncated = record.get("truncated", False)
     if type(truncated) is not bool:
         raise BatchError(f"{where}.truncated: must be true or false, not {_show(truncated)}")

@@ -251,7 +251,8 @@ MAX_ID = 2**63 - 1  # larger ids are no event's (PostgreSQL would refuse the num
 def event_detail(request: HttpRequest, run_id: int, event_id: int) -> HttpResponse:
     """One event with what crossed: ``{"run", "regime", "event": {...as in the list},
     "prompt_text" (the prompt's text, or null: :func:`prompt_text`),
-    "samples": [{"text", "tokens"?, "reward"?, "truncated"}] or null (not recorded),
+    "samples": [{"text", "tokens"?, "reward"?, "finished"?, "reason"?, "truncated"}] or
+    null (not recorded),
     "limits": {"samples", "text", "tokens"}}``; 404 when the run has no such event."""
     run = _viewable_run(request, run_id)
     event = selectors.event_of_run(run, event_id) if event_id <= MAX_ID else None

@@ -176,8 +176,8 @@ def test_sgt_logs_a_success_event_per_source_and_prompt_and_its_rates() -> None:
     fields = ("source", "target", "kind", "prompt_id", "count")
     assert [tuple(e[f] for f in fields) for e in result.events] == [("b", "a", "success", "p0", 1)]
     tokens = [*"\\boxed{0}", "</s>"]
-    assert result.events[0]["samples"] == [
-        {"text": "\\boxed{0}", "tokens": tokens, "truncated": False}
+    assert result.events[0]["samples"] == [  # no reason: the published success gave none
+        {"text": "\\boxed{0}", "tokens": tokens, "finished": True, "truncated": False}
     ]
     assert result.metrics == {
         sgt.RESCUE_SET_SIZE: 1.0,

@@ -54,7 +54,8 @@ from trainer.regimes.sgt import NLL, RESCUE_SET_SIZE
 from trainer.regimes.sgt import SUCCESS_EVENT as SGT_EVENT
 from trainer.run import available_cpus
 from trainer.spool import decode_value, read_events, read_points
-from trainer.tasks import Problem, get_reward, make_task
+from trainer.tasks import Problem, make_task, run_scoring
+from trainer.tasks.rewards import counts_as_finished
 from trainer.thl import encode_text
 from trainer.thl.text import text_mismatch_fraction
 from trainer.zoo import SMOLLM2_IDS
@@ -226,8 +227,13 @@ def _problems(config: dict[str, Any], step: int) -> dict[str, Problem]:
     return {p.id: p for p in task.train_batch(step, run_config.prompts_per_step)}
 
 
-def _reward(problem: Problem, text: str) -> float:
-    return get_reward("math")([problem.prompt], [text], [problem.answer])[0]
+def _reward(config: dict[str, Any], problem: Problem, sample: dict[str, Any]) -> float:
+    """The sample's reward under the run's scoring: ``task.finished_only`` is "auto",
+    which a pool with SmolLM2 resolves on, so a response cut off without a box scores 0."""
+    scoring = run_scoring(RunConfig.from_dict(config))
+    assert scoring.finished_only
+    text, finished = sample["text"], sample["finished"]
+    return scoring.rewards([problem.prompt], [text], [problem.answer], [finished])[0]
 
 
 def _crossed_ids(tokenizer: PreTrainedTokenizerBase, sample: dict[str, Any]) -> list[int]:
@@ -270,7 +276,9 @@ def test_sgt_rescues_cross_from_smollm2_into_the_tiny_bpe(runs: Runs) -> None:
         rescued.setdefault((target, step), set()).add(problem.id)
         for sample in event["samples"]:
             text = sample["text"]  # a verified success on that very prompt
-            assert _reward(problem, text) == 1.0
+            assert _reward(SGT_CONFIG, problem, sample) == 1.0
+            assert counts_as_finished(text, sample["finished"])  # never a cut-off answer
+            assert sample["reason"].endswith(("; ended with EOS", "; cut off at max_new_tokens"))
             ids = _assert_is_the_texts_retokenization(runs.tokenizers[target], sample)
             assert runs.tokenizers[target].decode(ids) == text  # byte-level: lossless
             own = runs.tokenizers[source](text, add_special_tokens=False)["input_ids"]
@@ -310,7 +318,8 @@ def test_prp_pools_rollouts_both_ways_between_byte_bpe_and_unigram(runs: Runs) -
         assert 0.0 < event["weight"] <= 1.0  # the mean truncated IS weight (c_bar = 1)
         for sample in event["samples"]:
             text = sample["text"]
-            assert sample["reward"] == _reward(problem, text)  # its own prompt's answer
+            assert sample["reward"] == _reward(PRP_CONFIG, problem, sample)  # its own answer
+            assert sample["reason"]  # why it scored what it did
             ids = _assert_is_the_texts_retokenization(tokenizer, sample)
             assert tokenizer.unk_token_id not in ids  # both spell any character in bytes
             round_trip = tokenizer.decode(ids, skip_special_tokens=True)

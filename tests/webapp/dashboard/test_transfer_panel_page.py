@@ -50,3 +50,28 @@ def test_the_panel_says_when_a_regime_shares_nothing(
         assert 'data-shares="true"' in panel and 'id="transfer-matrix"' in panel
         assert "share no experience" not in panel
     assert "run-transfers.css" in page
+
+
+@pytest.mark.parametrize(
+    ("task", "says"),
+    [
+        ({}, "finished_only auto, so off: the pool holds tiny zoo models only"),
+        ({"finished_only": "on", "strict_format": True}, "finished_only on (only responses"),
+    ],
+)
+def test_the_run_page_says_which_scoring_rule_applied(
+    client: Client,
+    alice: User,
+    make_experiment: Callable[..., Experiment],
+    task: dict,
+    says: str,
+) -> None:
+    """``task.finished_only`` "auto" is resolved over the pool: the page says how, beside
+    the config that only says "auto"."""
+    run = services.runs_create(make_experiment(seeds=(0,), task=task))[0]
+    client.force_login(alice)
+    page = client.get(run.get_absolute_url()).content.decode()
+    start = page.index('data-testid="run-scoring"')
+    shown = page[start : page.index("</p>", start)]
+    assert "What counts as a correct answer: " in shown and says in shown
+    assert ("strict_format on (boxed answers only)" in shown) == bool(task)

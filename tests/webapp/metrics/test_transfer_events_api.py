@@ -183,6 +183,10 @@ def test_the_detail_is_404_outside_the_run_and_401_anonymous(
         ([{"text": "x", "tokens": [None]}], "events[0].samples[0].tokens[0]: must be a string"),
         ([{"text": "x", "reward": "NaN"}], "events[0].samples[0].reward: must be a number"),
         ([{"text": "x", "truncated": 1}], "events[0].samples[0].truncated: must be true or false"),
+        ([{"text": "x", "finished": "no"}], "events[0].samples[0].finished: must be true, false"),
+        ([{"text": "x", "finished": 0}], "events[0].samples[0].finished: must be true, false"),
+        ([{"text": "x", "reason": 1}], "events[0].samples[0].reason: must be a string"),
+        ([{"text": "x", "reason": "r" * 301}], "events[0].samples[0].reason: longer than 300"),
     ],
 )
 def test_bad_samples_are_refused_with_400_and_nothing_is_written(
@@ -255,3 +259,50 @@ def test_the_replies_match_the_schema(client: Client, alice: User, filled: Run) 
     assert validate(
         event(1, samples=[{"text": "x"}] * 5), OPENAPI["components"]["schemas"]["Event"]
     )
+
+
+# --------------------------------------------------------------------------- why it counted
+
+UNFINISHED = {
+    "text": "Computing 1 (1 + 1) is a classic reminder that some",
+    "reward": 1.0,
+    "finished": False,
+    "reason": "last number 1 = 1 (no box); cut off at max_new_tokens",
+}
+
+
+def test_samples_with_and_without_finished_and_reason_are_accepted_and_shown(
+    client: Client, alice: User, run: Run, token: str
+) -> None:
+    """A trainer since issue 45 says whether each response finished and why it counted;
+    an older one says neither; a null is "not recorded", as for the reward."""
+    events = [
+        event(1, samples=[UNFINISHED, {**SAMPLE, "finished": True, "reason": "\\boxed{12} = 12"}]),
+        event(2, samples=[SAMPLE]),  # an older trainer's sample
+        event(3, samples=[{"text": "12", "finished": None, "reason": None}]),
+    ]
+    reply = post_batch(client, run, token, {"events": events})
+    assert reply.status_code == 200 and reply.json()["events"]["accepted"] == 3
+    client.force_login(alice)
+    rows = {row["step"]: row for row in _get(client, "api:events", run).json()["events"]}
+    detail = _detail(client, run, rows[1]["id"])
+    assert detail.json()["samples"] == [
+        {**UNFINISHED, "truncated": False},
+        {**SAMPLE, "finished": True, "reason": "\\boxed{12} = 12", "truncated": False},
+    ]
+    assert_reply_matches(detail, "/api/v1/runs/{run_id}/events/{event_id}")
+    assert _detail(client, run, rows[2]["id"]).json()["samples"] == [{**SAMPLE, "truncated": False}]
+    assert _detail(client, run, rows[3]["id"]).json()["samples"] == [
+        {"text": "12", "truncated": False}
+    ]
+
+
+def test_the_trainer_s_samples_carry_finished_and_a_reason_cut_to_the_bound() -> None:
+    sample = spool.make_sample("x", ["x"], 1.0, finished=False, reason="why " * 100)
+    assert sample["finished"] is False and len(sample["reason"]) == 300
+    assert sample["truncated"] is False  # the flag is about the text and its tokens
+    record = spool.make_event(1, "a", "b", "success", "p", samples=[sample])
+    (parsed,) = batch.parse_event("events[0]", record).samples or []
+    assert parsed == sample
+    old = spool.make_sample("x")
+    assert "finished" not in old and "reason" not in old

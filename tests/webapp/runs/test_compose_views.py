@@ -218,6 +218,36 @@ def test_an_invalid_save_shows_messages_next_to_fields_and_saves_nothing(
     assert re.search(r'data-testid="error-sgt-lambda_sgt">lambda_sgt must be &gt;= 0; got', html)
 
 
+def test_the_task_section_offers_what_counts_as_a_correct_answer(lab: Lab, alice: User) -> None:
+    """``task.finished_only`` and ``task.strict_format`` (issue 45): on the page with their
+    labels and help, and in the stored config as chosen."""
+    client = logged_in(alice, csrf=True)
+    url = reverse("dashboard:experiment_create")
+    html = client.get(url).content.decode()
+    select = re.search(r'<select name="task-finished_only".*?</select>', html, re.S)
+    assert select, "no finished_only select"
+    assert re.findall(r'<option value="(\w+)"( selected)?>', select.group(0)) == [
+        ("auto", " selected"),
+        ("on", ""),
+        ("off", ""),
+    ]
+    assert re.search(r'for="id_task-finished_only">Score finished answers only <code', html)
+    assert re.search(
+        r'id="id_task-finished_only_helptext">Score only finished answers: a response counts '
+        r"only if it ended with EOS or holds a closed \\boxed\{...\}",
+        html,
+    )
+    assert re.search(r'name="task-strict_format"[^>]*> Strict answer format \(boxed only\)', html)
+    assert re.search(r'id="id_task-strict_format_helptext">The answer must be in a closed', html)
+
+    data = sgt_data(ExperimentComposer(lab=lab))
+    data.update(action="save", csrfmiddlewaretoken=csrf_token(client, url))
+    data.update({"task-finished_only": "off", "task-strict_format": "on"})
+    assert client.post(url, data).status_code == 302
+    task = Experiment.objects.get().config["task"]
+    assert (task["finished_only"], task["strict_format"]) == ("off", True)
+
+
 # --- edit ------------------------------------------------------------------------------------
 def test_the_owner_edits_with_every_field_prefilled(experiment: Experiment, alice: User) -> None:
     client = logged_in(alice, csrf=True)

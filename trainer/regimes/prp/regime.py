@@ -17,7 +17,12 @@ metrics are read after the update. Read before it, they weigh the tokens then, w
 forward.
 
 What crosses: per rollout its token ids, behaviour log-probs and reward (the learner
-loads the source's tokenizer to decode them).
+loads the source's tokenizer to decode them), whether it ended with EOS, and why its
+reward is what it is (:meth:`trainer.tasks.rewards.Scoring.reason`: "\\boxed{85} = 85;
+ended with EOS", "last number 1 = 1 (no box); cut off at max_new_tokens"); the transfer
+events' samples carry both. Under ``task.finished_only`` the source scored a response
+cut off at ``max_new_tokens`` without a closed box 0, so it joins the learner's group as
+a failure and never counts as a correct answer.
 
 The weights are logged as their mean over every peer token (``prp/is_weight_mean``), over
 the tokens that hold the answer's digits alone (``prp/is_weight_mean/answer``: inside the
@@ -58,6 +63,7 @@ from trainer.regimes.prp import (
 from trainer.regimes.prp.answer import answer_digit_positions
 from trainer.regimes.prp.weights import ImportanceWeights, truncated_is_weights
 from trainer.spool import Sample, make_event, make_sample
+from trainer.tasks import run_scoring
 from trainer.thl import align_response_logprobs
 
 ROLLOUTS_TOPIC = "rollouts"
@@ -72,6 +78,10 @@ class PublishedRollout:
     logprobs: tuple[float, ...]
     """Behaviour log-prob of each response token under the source policy."""
     reward: float
+    finished: bool = True
+    """The response ended with the source's EOS (False: cut off at ``max_new_tokens``)."""
+    reason: str = ""
+    """Why it scored ``reward`` (the run's scoring); blank: not said."""
 
 
 @dataclass
@@ -92,6 +102,10 @@ class PeerSample:
     text_mismatch_frac: float
     answer_positions: list[int]
     """Where ``response_ids`` hold the answer's digits (:func:`answer_digit_positions`)."""
+    finished: bool = True
+    """The peer's response ended with its EOS (False: cut off at ``max_new_tokens``)."""
+    reason: str = ""
+    """Why it scored ``reward`` (:attr:`PublishedRollout.reason`)."""
 
 
 class _WeightedStep(RegimeStep):
@@ -159,15 +173,21 @@ class PRP(Regime):
         batch = rollouts.batch
         logprobs = policy.response_logprobs(batch.prompt_ids, batch.response_ids)
         rewards = rollouts.rewards.tolist()
-        published = [
-            PublishedRollout(
-                prompt_id=rollouts.problems[i // rollouts.group_size].id,
-                response_ids=tuple(batch.response_ids[i]),
-                logprobs=tuple(logprobs[i]),
-                reward=rewards[i],
+        scoring = run_scoring(self.config)
+        published = []
+        for i in range(len(batch)):
+            problem = rollouts.problems[i // rollouts.group_size]
+            text, finished = batch.response_texts[i], batch.finished[i]
+            published.append(
+                PublishedRollout(
+                    prompt_id=problem.id,
+                    response_ids=tuple(batch.response_ids[i]),
+                    logprobs=tuple(logprobs[i]),
+                    reward=rewards[i],
+                    finished=finished,
+                    reason=scoring.reason(text, problem.answer, finished, rewards[i]),
+                )
             )
-            for i in range(len(batch))
-        ]
         return {ROLLOUTS_TOPIC: published}
 
     def learn(
@@ -258,6 +278,8 @@ class PRP(Regime):
                         answer_positions=answer_digit_positions(
                             retokenized.target_ids, policy.tokenizer
                         ),
+                        finished=published.finished,
+                        reason=published.reason,
                     )
                 )
         return samples
@@ -273,7 +295,15 @@ class PRP(Regime):
             key = (sample.source, sample.prompt_id)
             grouped.setdefault(key, []).extend(sample_weights)
             tokens = policy.tokenizer.convert_ids_to_tokens(sample.response_ids)
-            shipped.setdefault(key, []).append(make_sample(sample.text, tokens, sample.reward))
+            shipped.setdefault(key, []).append(
+                make_sample(
+                    sample.text,
+                    tokens,
+                    sample.reward,
+                    finished=sample.finished,
+                    reason=sample.reason or None,
+                )
+            )
         return [
             make_event(
                 step,

@@ -87,6 +87,7 @@ from trainer.regimes.sgt.regime import (
     transfer_events,
     translate,
 )
+from trainer.tasks import run_scoring
 
 log = logging.getLogger("trainer.regimes.sequential_sft")
 Key = tuple[str, str, str]
@@ -108,6 +109,9 @@ class BufferedSuccess:
     """The text in the learner's tokenizer (THL's text path)."""
     unk_frac: float
     text_mismatch_frac: float
+    reason: str = ""
+    """Why the peer's response counted (its source's scoring); blank: not said (a
+    checkpoint from before 2026-12)."""
 
     @property
     def key(self) -> Key:
@@ -220,7 +224,8 @@ class SequentialSFT(Regime):
     def publish(self, policy: Policy, rollouts: Rollouts, step: int) -> dict[str, Any]:
         if self.stage(step) == 2:
             return {}  # stage 2 trains offline: nothing crosses
-        return {SUCCESSES_TOPIC: shortest_successes(rollouts, rollouts.group_size)}
+        scoring = run_scoring(self.config)
+        return {SUCCESSES_TOPIC: shortest_successes(rollouts, rollouts.group_size, scoring)}
 
     def learn(
         self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
@@ -247,6 +252,7 @@ class SequentialSFT(Regime):
                 response_ids=tuple(encoded.target_ids),
                 unk_frac=encoded.unk_frac,
                 text_mismatch_frac=encoded.text_mismatch_frac,
+                reason=offer.reason,
             )
             for offer, encoded in zip(offers, translate(offers, policy.tokenizer), strict=True)
         ]

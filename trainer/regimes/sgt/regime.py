@@ -13,6 +13,13 @@ learner batch (loss ``nll``: :func:`trainer.core.sft_nll_sum`; its value is ``sg
 With an empty rescue set the batch is exactly GRPO's. Only success texts (and whether
 each ended with EOS) cross, and only for prompts a policy solved. ``thl/unk_frac`` and
 ``thl/text_mismatch_frac`` report how lossy the rescues' retokenization was.
+
+What counts as a success is the run's scoring (:func:`trainer.tasks.run_scoring`): under
+``task.finished_only`` a response cut off at ``max_new_tokens`` without a closed box
+scored 0, so it is no success and never crosses; without it, it may, and its transfer
+event's sample says so (``finished: false``). Every sample states why its response
+counted (``reason``: :func:`trainer.tasks.rewards.score_reason`, "last number 1 = 1 (no
+box); cut off at max_new_tokens"), written by the source when it publishes.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from trainer.policy import Policy, Rollouts
 from trainer.regimes.base import Regime, RegimeStep
 from trainer.regimes.sgt import NLL, RESCUE_RATE, RESCUE_SET_SIZE, SUCCESS_EVENT, SGTConfig
 from trainer.spool import Event, Sample, make_event, make_sample
+from trainer.tasks import Scoring, run_scoring
 from trainer.thl import Encoded, encode_text
 
 SUCCESSES_TOPIC = "successes"
@@ -43,6 +51,8 @@ class Success:
     text: str
     finished: bool
     """The response stopped with the source's EOS (not cut off at ``max_new_tokens``)."""
+    reason: str = ""
+    """Why it counted (:meth:`trainer.tasks.rewards.Scoring.reason`); blank: not said."""
 
 
 @dataclass(frozen=True)
@@ -54,25 +64,39 @@ class Rescue:
     source: str
     text: str
     finished: bool
+    reason: str = ""
 
 
-def shortest_successes(rollouts: Rollouts, k: int) -> dict[str, list[Success]]:
+def shortest_successes(
+    rollouts: Rollouts, k: int, scoring: Scoring | None = None
+) -> dict[str, list[Success]]:
     """Per solved prompt id, up to ``k`` distinct successful response texts, shortest
     first, equally short ones by text (never set or hash order: SPEC 9). A text that
-    occurs both finished and cut off counts as finished."""
+    occurs both finished and cut off counts as finished. A success is a rollout whose
+    reward reached the threshold, so under ``finished_only`` (which scored the unfinished
+    ones 0) no unfinished response is one. With ``scoring`` each says why it counted."""
     published: dict[str, list[Success]] = {}
     texts = rollouts.batch.response_texts
     finished = rollouts.batch.finished
     successes = rollouts.successes.tolist()
+    rewards = rollouts.rewards.tolist()
     for index, problem in enumerate(rollouts.problems):
-        ended: dict[str, bool] = {}
+        ended: dict[str, tuple[bool, float]] = {}
         for i in rollouts.rows_of(index):
-            if successes[i]:
-                ended[texts[i]] = ended.get(texts[i], False) or finished[i]
+            if successes[i] and not ended.get(texts[i], (False, 0.0))[0]:
+                ended[texts[i]] = (finished[i], rewards[i])
         if ended:
-            solved = sorted((Success(text, end) for text, end in ended.items()), key=success_order)
-            published[problem.id] = solved[:k]
+            solved = [
+                Success(text, end, _reason(scoring, text, problem.answer, end, reward))
+                for text, (end, reward) in ended.items()
+            ]
+            published[problem.id] = sorted(solved, key=success_order)[:k]
     return published
+
+
+def _reason(scoring: Scoring | None, text: str, answer: str, finished: bool, reward: float) -> str:
+    """Why a success counted, by ``scoring``; blank without one."""
+    return "" if scoring is None else scoring.reason(text, answer, finished, reward)
 
 
 def success_order(success: Success) -> tuple[int, str]:
@@ -114,13 +138,22 @@ def peer_candidates(
     """Every peer success on prompt ``prompt_id``, in SGT's order: shortest text first,
     equally short ones by the source's rank in the pool, then by text (SPEC 9)."""
     candidates = sorted(
-        (len(success.text), rank_of[source], success.text, source, success.finished)
-        for source, by_prompt in peer_successes.items()
-        for success in by_prompt.get(prompt_id, [])
+        (
+            (source, success)
+            for source, by_prompt in peer_successes.items()
+            for success in by_prompt.get(prompt_id, [])
+        ),
+        key=lambda offer: (
+            len(offer[1].text),
+            rank_of[offer[0]],
+            offer[1].text,
+            offer[0],
+            offer[1].finished,
+        ),
     )
     return [
-        Rescue(prompt_index, prompt_id, source, text, finished)
-        for _, _, text, source, finished in candidates
+        Rescue(prompt_index, prompt_id, source, s.text, s.finished, s.reason)
+        for source, s in candidates
     ]
 
 
@@ -157,6 +190,9 @@ class Crossed(Protocol):
     @property
     def text(self) -> str: ...
 
+    @property
+    def finished(self) -> bool: ...
+
 
 def transfer_events(
     step: int,
@@ -167,11 +203,15 @@ def transfer_events(
     tokenizer: PreTrainedTokenizerBase,
 ) -> list[Event]:
     """One event of ``kind`` per (source, prompt) of ``crossed``, in first-seen order,
-    its samples the texts with their tokens in the learner's tokenizer."""
+    its samples the texts with their tokens in the learner's tokenizer, whether each
+    ended with EOS, and why it counted (an item's ``reason``, where it has one)."""
     shipped: dict[tuple[str, str], list[Sample]] = {}
     for item, ids in zip(crossed, response_ids, strict=True):
         tokens = tokenizer.convert_ids_to_tokens(list(ids))
-        shipped.setdefault((item.source, item.prompt_id), []).append(make_sample(item.text, tokens))
+        sample = make_sample(
+            item.text, tokens, finished=item.finished, reason=getattr(item, "reason", "") or None
+        )
+        shipped.setdefault((item.source, item.prompt_id), []).append(sample)
     return [
         make_event(step, source, learner, kind, prompt_id, len(texts), samples=texts)
         for (source, prompt_id), texts in shipped.items()
@@ -204,7 +244,8 @@ class SGT(Regime):
     topics = {SUCCESSES_TOPIC: dict}
 
     def publish(self, policy: Policy, rollouts: Rollouts, step: int) -> dict[str, Any]:
-        return {SUCCESSES_TOPIC: shortest_successes(rollouts, self.settings.k_sgt)}
+        scoring = run_scoring(self.config)
+        return {SUCCESSES_TOPIC: shortest_successes(rollouts, self.settings.k_sgt, scoring)}
 
     def learn(
         self, policy: Policy, rollouts: Rollouts, peers: list[StepRecord], step: int
