@@ -16,9 +16,11 @@ gap``, from the same estimator.)
 
 * **Figure 11**, per policy: the relative improvement of the final ``val/reward@1`` of
   SGT and of each sequential SFT over standalone, ``(mean_x - mean_s) / |mean_s|`` in %
-  (:func:`trainer.stats.relative_improvement`, the compare page's estimator), with the
-  std over seeds of ``(x - mean_s) / |mean_s|``. Every seed counts, one where standalone
-  scored 0 too; "n/a" where standalone's mean is 0.
+  (:func:`trainer.stats.relative_improvement`, the compare page's estimator), printed
+  "estimate [low, high]" with its 95% interval by the paired delta method
+  (:func:`trainer.stats.relative_interval`: the seeds pair, and the interval counts
+  standalone's variance too, as the compare page's error bars do). Every seed counts,
+  one where standalone scored 0 too; "n/a" where standalone's mean is 0.
 * **Figure 12**, per policy and task of the trainer's synthetic evaluation suite
   (:func:`trainer.evals.synthetic.write_synthetic_suite`, scored with
   :func:`trainer.evals.evaluate.evaluate_suite`): the base model's accuracy, then each
@@ -53,7 +55,7 @@ from bench.regimes import (
     _fmt,
     run_one,
 )
-from trainer.stats import relative_improvement
+from trainer.stats import relative_improvement, relative_interval, relative_interval_unpaired
 
 POOL = "complementary"
 REGIMES = ("standalone", "sgt", "sequential_sft", "sequential_sft-base")
@@ -144,18 +146,33 @@ class Evaluator:
 # --- the numbers -------------------------------------------------------------------------------
 
 
-def relative_improvements(regime: list[float], standalone: list[float]) -> dict[str, Any]:
+def relative_improvements(
+    regime: list[float], standalone: list[float], seeds: list[int] | None = None
+) -> dict[str, Any]:
     """Figure 11's one estimator, :func:`trainer.stats.relative_improvement` (the app's bar
     view and its exports call it too): ``(mean_x - mean_s) / |mean_s|`` in %, every seed
-    counted (one where standalone scored 0 too). ``per_seed``: ``(x - mean_s) / |mean_s|``
-    per seed, whose mean is ``mean`` and whose std is ``std``; ``mean`` None, and
-    ``undefined`` the reason, when standalone's mean is 0 (or there is no value)."""
+    counted (one where standalone scored 0 too), with its 95% interval ``low`` / ``high``
+    (:func:`trainer.stats.relative_interval`: paired by ``seeds``, the seed of each value
+    in both lists, when given; ``method`` says which). ``per_seed``: ``(x - mean_s) /
+    |mean_s|`` per seed, whose mean is ``mean`` and whose std is ``std``; ``mean``,
+    ``low``, ``high`` None, and ``undefined`` the reason, when standalone's mean is 0 (or
+    there is no value)."""
     found = relative_improvement(regime, standalone)
+    if seeds is None or len(set(seeds)) != len(seeds):
+        interval = relative_interval_unpaired(regime, standalone)
+    else:
+        interval = relative_interval(
+            dict(zip(seeds, regime, strict=True)), dict(zip(seeds, standalone, strict=True))
+        )
     per_seed = [value if math.isfinite(value) else None for value in found.per_run]
     kept = [value for value in per_seed if value is not None]
+    bounded = found.defined and interval.has_interval
     return {
         "per_seed": per_seed,
         "mean": found.estimate if found.defined else None,
+        "low": interval.low if bounded else None,
+        "high": interval.high if bounded else None,
+        "method": interval.description() if bounded else "",
         "std": statistics.stdev(kept) if found.defined and len(kept) > 1 else None,
         "seeds": found.n,
         "undefined": found.undefined,
@@ -165,11 +182,12 @@ def relative_improvements(regime: list[float], standalone: list[float]) -> dict[
 
 
 def _relative_cell(entry: dict[str, Any], seeds: int) -> str:
+    """ "+12.3% [+4.0, +20.6]": the estimate and its 95% interval ("n/a" undefined)."""
     if entry["mean"] is None:
         return "n/a"
     cell = f"{entry['mean']:+.1f}%"
-    if entry["std"] is not None:
-        cell += f" ± {entry['std']:.1f}%"
+    if entry["low"] is not None:
+        cell += f" [{entry['low']:+.1f}, {entry['high']:+.1f}]"
     if entry["seeds"] < seeds:
         cell += f" ({entry['seeds']} of {seeds} seeds have a value)"
     return cell
@@ -182,12 +200,13 @@ def figure_11(results: dict[str, list[RunResult]], seeds: list[int]) -> dict[str
     for policy in policies:
         base = [run.final(policy, VAL) for run in results["standalone"]]
         report[policy] = {
-            name: relative_improvements([run.final(policy, VAL) for run in runs], base)
+            name: relative_improvements([run.final(policy, VAL) for run in runs], base, seeds)
             for name, runs in results.items()
             if name != "standalone"
         }
     print("Figure 11: relative improvement of the final val/reward@1 over standalone,")
-    print("(mean_x - mean_s) / |mean_s|, ± std over seeds (n/a: standalone's mean is 0).\n")
+    print("(mean_x - mean_s) / |mean_s| in %, [95% interval: paired delta method over the")
+    print("seeds, standalone's variance included] (n/a: standalone's mean is 0).\n")
     sharing = [name for name in results if name != "standalone"]
     header = ["policy", "standalone", *sharing, *(f"{name} vs standalone" for name in sharing)]
     print("| " + " | ".join(header) + " |")

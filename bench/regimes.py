@@ -23,6 +23,16 @@ up); then each PRP variant's mean ``prp/is_weight_mean``, overall and per skill 
 prompt (``prp/is_weight_mean/<skill>``: a peer's answer the learner finds unlikely, as on
 its foreign skills, gets a truncated weight near 0).
 
+``--pool gap`` (``examples/gap.json``) adds, per policy, the discrimination of each gap
+slice computed from the per-seed slice values (``val/discrimination/carry`` =
+reward@1/carry + reward@1/no_carry - 1, likewise overflow: 0 for a policy that answers
+every prompt alike) and the pool's net effect (``_pool``, "pool mean": per seed the mean
+over policies of val/reward@1, then paired). One comparison, the primary endpoint
+(``--primary POLICY:METRIC``, sgt against standalone; default qwen-nocarry's
+val/reward@1/carry), is kept out of the Holm family of the others, as the compare page's
+significance view does with ``primary=`` (both use :mod:`trainer.stats`, so the same
+endpoint gets the same p).
+
 A small-scale check of the Mutual RL paper's claim, not a tuning target: report whatever
 ordering it shows. ``--seeds 0 --steps 2`` is a smoke test of the whole pipeline.
 """
@@ -43,11 +53,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.stats import Interval, holm, p_number, paired_t, relative_improvement
+from trainer.metrics import POOL
+from trainer.stats import Interval, holm, p_number, paired_t, relative_interval
 
 REPO = Path(__file__).resolve().parents[1]
 REGIMES = ("standalone", "prp", "xgrpo", "sgt")
 VAL = "val/reward@1"
+DISCRIMINATION = "val/discrimination"
+"""``val/discrimination/<slice>``: reward@1 on the slice + reward@1 on no_carry - 1."""
+DISCRIMINATED = ("carry", "overflow")
+NO_CARRY = "no_carry"
 IS_WEIGHT = "prp/is_weight_mean"
 BOOTSTRAP_RESAMPLES = 10_000
 
@@ -82,7 +97,10 @@ GAP_VARIANTS = (
 )
 PRIMARY = ("sgt", "qwen-nocarry", VAL + "/carry")
 """The gap pool's primary endpoint (bench/RESULTS.md, stated before the runs): weak A's
-final carry-slice accuracy under SGT minus under standalone."""
+final carry-slice accuracy under SGT minus under standalone (``--primary`` names another
+policy and metric, still sgt against standalone)."""
+Comparison = tuple[str, str, str]
+"""(variant, policy, key): one variant's paired difference to standalone."""
 
 
 @dataclass
@@ -93,13 +111,28 @@ class RunResult:
     wall_s: float
 
     def final(self, policy: str, key: str) -> float:
-        curve = self.curves[policy][key]
-        return curve[max(curve)]
+        """The value at the run's last logged step (derived keys: :meth:`value`)."""
+        return self.value(policy, key, last=True)
 
     def start(self, policy: str, key: str) -> float:
         """The value at the run's first logged step (step 0: the warm-started policy)."""
+        return self.value(policy, key, last=False)
+
+    def value(self, policy: str, key: str, *, last: bool) -> float:
+        """``key``'s last (or first) value for ``policy``. Two are derived from the
+        logged ones: ``val/discrimination/<slice>`` = reward@1 on the slice + on
+        no_carry - 1, and the pool mean (policy ``_pool``): the mean over the pool's
+        policies of their values."""
+        if policy == POOL:
+            return statistics.fmean(
+                self.value(name, key, last=last) for name in sorted(self.curves)
+            )
+        if key.startswith(DISCRIMINATION + "/"):
+            part = key[len(DISCRIMINATION) + 1 :]
+            on_slice = self.value(policy, f"{VAL}/{part}", last=last)
+            return on_slice + self.value(policy, f"{VAL}/{NO_CARRY}", last=last) - 1.0
         curve = self.curves[policy][key]
-        return curve[min(curve)]
+        return curve[max(curve) if last else min(curve)]
 
 
 def base_config(pool: str, regime: str) -> dict[str, Any]:
@@ -194,25 +227,80 @@ def paired(values: list[float], base: list[float]) -> Interval:
 
 
 def _interval(interval: Interval, p: float | None = None) -> str:
-    """ "+0.190 [+0.120, +0.260]", with the (Holm) p when given."""
+    """ "+0.190 [+0.120, +0.260]", with the (Holm) p when given and finite; without a
+    spread or an interval, what there is instead (no test, so no p)."""
+    if not interval.has_interval:
+        return f"{interval.estimate:+.3f}, one seed: no interval"
+    if interval.no_spread:
+        return f"{interval.estimate:+.3f} on every seed: no spread, no test"
     text = f"{interval.estimate:+.3f} [{interval.low:+.3f}, {interval.high:+.3f}]"
-    return f"{text}, p {p_number(p)}" if p is not None else text
+    return f"{text}, p {p_number(p)}" if p is not None and math.isfinite(p) else text
 
 
-def report_sliced(results: dict[str, list[RunResult]], pool: str, out: Path | None) -> None:
-    """The complementary or gap table: per policy and skill/slice, step 0 and the final
-    value of every variant (mean ± std over seeds), each variant's paired difference to
-    standalone with its 95% t-interval and Holm-adjusted p (one family: every comparison
-    but the primary); the primary endpoint on its own, with a bootstrap interval as a
-    labelled secondary check; then the PRP weights and the wall times."""
-    standalone = results["standalone"]
-    policies = sorted(standalone[0].curves)
-    sharing = [name for name in results if name != "standalone"]
-    seeds = len(standalone)
+def part_name(key: str) -> str:
+    """A row's name in the sliced tables: "carry" (val/reward@1/carry), "all"
+    (val/reward@1), "discrimination/carry" (val/discrimination/carry)."""
+    if key == VAL:
+        return "all"
+    if key.startswith(VAL + "/"):
+        return key[len(VAL) + 1 :]
+    return key.removeprefix("val/")
+
+
+def policy_name(policy: str) -> str:
+    """ "pool mean" for the pool (``_pool``), else the policy."""
+    return "pool mean" if policy == POOL else policy
+
+
+def endpoint_rows(run: RunResult, pool: str) -> list[tuple[str, str]]:
+    """The sliced tables' (policy, key) rows, from one run's curves: per policy its
+    skills or slices and the overall val/reward@1; on the gap pool also each gap slice's
+    discrimination (where the slice and no_carry are logged), then the pool mean's
+    val/reward@1 (the pool's net effect, with two policies or more)."""
     rows: list[tuple[str, str]] = []
+    policies = sorted(run.curves)
     for policy in policies:
-        keys = sorted(key for key in standalone[0].curves[policy] if key.startswith(VAL + "/"))
-        rows += [(policy, key) for key in (*keys, VAL)]
+        logged = run.curves[policy]
+        keys = sorted(key for key in logged if key.startswith(VAL + "/"))
+        derived = []
+        if pool == "gap" and f"{VAL}/{NO_CARRY}" in logged:
+            derived = [f"{DISCRIMINATION}/{s}" for s in DISCRIMINATED if f"{VAL}/{s}" in logged]
+        rows += [(policy, key) for key in (*keys, VAL, *derived)]
+    if pool == "gap" and len(policies) > 1:
+        rows.append((POOL, VAL))
+    return rows
+
+
+@dataclass
+class SlicedComparisons:
+    """The numbers of a sliced table: its ``rows`` ((policy, key), in table order),
+    every variant's paired difference to standalone on each (``comparisons``), Holm's p
+    over the family (``adjusted``: every comparison but the primary; NaN for one without a
+    p: no spread, or one seed) and the ``primary`` endpoint (None: none)."""
+
+    rows: list[tuple[str, str]]
+    comparisons: dict[Comparison, Interval]
+    adjusted: dict[Comparison, float]
+    primary: Comparison | None
+
+    @property
+    def family(self) -> int:
+        """How many comparisons Holm adjusted together (the others have no p)."""
+        return sum(1 for p in self.adjusted.values() if math.isfinite(p))
+
+
+def sliced_comparisons(
+    results: dict[str, list[RunResult]], pool: str, primary: Comparison | None = None
+) -> SlicedComparisons:
+    """Every variant's paired difference to standalone (by seed: the i-th run of each
+    variant is the same seed) on each of :func:`endpoint_rows`, with
+    :func:`trainer.stats.paired_t`, and Holm (:func:`trainer.stats.holm`) over all but
+    ``primary`` (default on the gap pool: :data:`PRIMARY`), which keeps its own p; a
+    primary that is not in the table is None. The compare page's significance view with
+    ``primary=`` computes the same numbers from the same values."""
+    standalone = results["standalone"]
+    sharing = [name for name in results if name != "standalone"]
+    rows = endpoint_rows(standalone[0], pool)
     comparisons = {
         (name, policy, key): paired(
             [run.final(policy, key) for run in results[name]],
@@ -221,56 +309,97 @@ def report_sliced(results: dict[str, list[RunResult]], pool: str, out: Path | No
         for name in sharing
         for policy, key in rows
     }
-    primary = PRIMARY if pool == "gap" and PRIMARY in comparisons else None
+    if primary is None and pool == "gap":
+        primary = PRIMARY
+    if primary not in comparisons:
+        primary = None
     family = [c for c in comparisons if c != primary]
     adjusted = dict(zip(family, holm([comparisons[c].p for c in family]), strict=True))
-    if primary is not None:
-        interval = comparisons[primary]
-        name, policy, key = primary
+    return SlicedComparisons(rows, comparisons, adjusted, primary)
+
+
+def _p_words(p: float) -> str:
+    """ "p = 0.004", or why there is none."""
+    return f"p = {p_number(p)}" if math.isfinite(p) else "no p (no spread, or one seed)"
+
+
+def report_sliced(
+    results: dict[str, list[RunResult]],
+    pool: str,
+    out: Path | None,
+    primary: Comparison | None = None,
+) -> None:
+    """The complementary or gap table: per policy and skill/slice (and on the gap pool
+    each slice's discrimination and the pool mean), step 0 and the final value of every
+    variant (mean ± std over seeds), each variant's paired difference to standalone with
+    its 95% t-interval and Holm-adjusted p (one family: every comparison but the
+    primary, :func:`sliced_comparisons`); the primary endpoint on its own, with a
+    bootstrap interval as a labelled secondary check; then the PRP weights and the wall
+    times."""
+    standalone = results["standalone"]
+    policies = sorted(standalone[0].curves)
+    sharing = [name for name in results if name != "standalone"]
+    seeds = len(standalone)
+    found = sliced_comparisons(results, pool, primary)
+    asked = primary or (PRIMARY if pool == "gap" else None)
+    if asked is not None and found.primary is None:
+        name, policy, key = asked
+        print(f"Primary endpoint {policy_name(policy)}'s {key} ({name}): not in this table;")
+        print("every comparison is in the Holm family.\n")
+    if found.primary is not None:
+        interval = found.comparisons[found.primary]
+        name, policy, key = found.primary
         differences = [
             a.final(policy, key) - b.final(policy, key)
             for a, b in zip(results[name], standalone, strict=True)
         ]
         low, high = bootstrap_ci(differences)
-        print(f"Primary endpoint: {policy}'s final {key}, {name} minus standalone, paired by")
+        print(
+            f"Primary endpoint: {policy_name(policy)}'s final {key}, {name} minus standalone, "
+            "paired by"
+        )
         print(f"seed, {interval.n} seeds: {_interval(interval)} (95% paired t-interval),")
-        print(f"p = {p_number(interval.p)}; as a secondary check, the 95% percentile bootstrap")
+        print(f"{_p_words(interval.p)}; as a secondary check, the 95% percentile bootstrap")
         print(f"interval of the same differences: [{low:+.3f}, {high:+.3f}].\n")
     print(f"Per policy and {'slice' if pool == 'gap' else 'skill'}: val/reward@1 at step 0 and")
     print("at the end (mean ± std over seeds); per variant, the final value and the paired")
     print("difference to standalone with its 95% t-interval and Holm-adjusted p (Holm over")
-    print(f"the {len(family)} comparisons other than the primary endpoint), {seeds} seeds.\n")
+    print(f"the {found.family} comparisons other than the primary endpoint), {seeds} seeds.\n")
+    if pool == "gap":
+        print("discrimination/<slice>: per seed, reward@1 on the slice + reward@1 on no_carry")
+        print("- 1 (0 for a policy that answers every prompt alike); pool mean: per seed, the")
+        print("mean over the policies of val/reward@1 (the pool's net effect).\n")
     header = ["policy", "slice" if pool == "gap" else "skill", "step 0", "standalone"]
     header += [f"{name} (Δ [95% CI], Holm p)" for name in sharing]
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
-    for policy, key in rows:
-        part = key[len(VAL) + 1 :] or "all"
+    for policy, key in found.rows:
         start = [run.start(policy, key) for run in standalone]
         base = [run.final(policy, key) for run in standalone]
-        cells = [policy, part, _fmt(start), _fmt(base)]
+        cells = [policy_name(policy), part_name(key), _fmt(start), _fmt(base)]
         for name in sharing:
             values = [run.final(policy, key) for run in results[name]]
             comparison = (name, policy, key)
-            p = None if comparison == primary else adjusted[comparison]
-            mark = " **primary**" if comparison == primary else ""
-            cells.append(f"{_fmt(values)} ({_interval(comparisons[comparison], p)}){mark}")
+            is_primary = comparison == found.primary
+            p = None if is_primary else found.adjusted[comparison]
+            mark = " **primary**" if is_primary else ""
+            cells.append(f"{_fmt(values)} ({_interval(found.comparisons[comparison], p)}){mark}")
         print("| " + " | ".join(cells) + " |")
     if pool == "gap":
         _report_figure_11(results, policies)
     _report_is_weights(results, sharing, policies)
     _report_walls(results)
     if out is not None:
-        out.write_text(json.dumps(_numbers(results, comparisons, adjusted, primary), indent=1))
+        out.write_text(json.dumps(_numbers(results, found), indent=1))
 
 
-def _numbers(
-    results: dict[str, list[RunResult]],
-    comparisons: dict[tuple[str, str, str], Interval],
-    adjusted: dict[tuple[str, str, str], float],
-    primary: tuple[str, str, str] | None,
-) -> dict[str, Any]:
-    """Every run's curves and every comparison, for ``--out``."""
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _numbers(results: dict[str, list[RunResult]], found: SlicedComparisons) -> dict[str, Any]:
+    """Every run's curves and every comparison, for ``--out`` (null for a number that
+    does not exist: no interval, no p)."""
     return {
         "runs": {
             name: [{"curves": run.curves, "wall_s": run.wall_s} for run in runs]
@@ -282,13 +411,13 @@ def _numbers(
                 "policy": policy,
                 "key": key,
                 "estimate": interval.estimate,
-                "low": interval.low,
-                "high": interval.high,
-                "p": interval.p,
-                "holm_p": adjusted.get((name, policy, key)),
-                "primary": (name, policy, key) == primary,
+                "low": _finite_or_none(interval.low),
+                "high": _finite_or_none(interval.high),
+                "p": _finite_or_none(interval.p),
+                "holm_p": _finite_or_none(found.adjusted.get((name, policy, key))),
+                "primary": (name, policy, key) == found.primary,
             }
-            for (name, policy, key), interval in comparisons.items()
+            for (name, policy, key), interval in found.comparisons.items()
         ],
     }
 
@@ -338,26 +467,29 @@ FIGURE_11_VARIANTS = ("sgt", "sequential_sft", "sequential_sft-base")
 
 def _report_figure_11(results: dict[str, list[RunResult]], policies: list[str]) -> None:
     """Figure 11 on this pool: the relative improvement of the final val/reward@1 over
-    standalone, with the one estimator the app's bar view uses
-    (:func:`trainer.stats.relative_improvement`), mean ± std of the per-seed values."""
+    standalone, the app's bar view's estimate and error bar
+    (:func:`trainer.stats.relative_interval`), printed "estimate [low, high]": the 95%
+    interval by the paired delta method (every variant runs the same seeds, in order),
+    standalone's variance included."""
     shown = [name for name in FIGURE_11_VARIANTS if name in results]
     if not shown:
         return
-    print("\nFigure 11: relative improvement of the final val/reward@1 over standalone, %")
-    print("((x - mean_s) / |mean_s| per seed: mean ± std over seeds; every seed counted).\n")
+    print("\nFigure 11: relative improvement of the final val/reward@1 over standalone, %:")
+    print("(mean_x - mean_s) / |mean_s| [95% interval, paired delta method over the seeds,")
+    print("standalone's variance included]; every seed counted.\n")
     print("| policy | standalone | " + " | ".join(shown) + " |")
     print("|" + " --- |" * (len(shown) + 2))
     for policy in policies:
         base = [run.final(policy, VAL) for run in results["standalone"]]
         cells = [policy, _fmt(base)]
         for name in shown:
-            found = relative_improvement([run.final(policy, VAL) for run in results[name]], base)
+            values = [run.final(policy, VAL) for run in results[name]]
+            # Seeds pair by position: run_all runs every variant over the same seeds.
+            found = relative_interval(dict(enumerate(values)), dict(enumerate(base)))
             if not found.defined:
                 cells.append(f"n/a ({found.undefined})")
                 continue
-            per_seed = [value for value in found.per_run if math.isfinite(value)]
-            spread = f" ± {statistics.stdev(per_seed):.1f}" if len(per_seed) > 1 else ""
-            cells.append(f"{found.estimate:+.1f}{spread}")
+            cells.append(found.text())
         print("| " + " | ".join(cells) + " |")
 
 
@@ -366,6 +498,15 @@ def _report_walls(results: dict[str, list[RunResult]]) -> None:
     print("| --- | --- |")
     for name, runs in results.items():
         print(f"| {name} | {statistics.mean(run.wall_s for run in runs):.0f} |")
+
+
+def primary_endpoint(text: str) -> Comparison:
+    """``--primary POLICY:METRIC`` as the comparison it names: sgt's POLICY's METRIC
+    against standalone (a policy has no ":"; the pool mean is ``_pool``)."""
+    policy, colon, metric = text.partition(":")
+    if not colon or not policy or not metric:
+        raise argparse.ArgumentTypeError(f"POLICY:METRIC, e.g. {PRIMARY[1]}:{PRIMARY[2]}")
+    return (PRIMARY[0], policy, metric)
 
 
 def main() -> None:
@@ -384,6 +525,19 @@ def main() -> None:
         nargs="+",
         help="a subset of the pool's regimes (standalone is always run: the differences "
         "are to it); default: all",
+    )
+    parser.add_argument(
+        "--primary",
+        type=primary_endpoint,
+        metavar="POLICY:METRIC",
+        help="the primary endpoint, sgt against standalone, kept out of the Holm family "
+        "(e.g. qwen-nocarry:val/discrimination/carry, _pool:val/reward@1); default on the "
+        "gap pool: qwen-nocarry:val/reward@1/carry",
+    )
+    parser.add_argument(
+        "--lambda-sgt",
+        type=float,
+        help="SGT's lambda_sgt for the sgt variant (default: 0.1, the example's)",
     )
     args = parser.parse_args()
     sliced = args.pool in ("complementary", "gap")
@@ -406,10 +560,19 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown regimes {unknown}; use {[v.name for v in variants]}")
         variants = tuple(v for v in variants if v.name in {"standalone", *args.regimes})
+    if args.lambda_sgt is not None:
+        variants = tuple(
+            Variant(
+                v.name, v.regime, v.overrides | {"sgt": {"lambda_sgt": args.lambda_sgt, "k_sgt": 1}}
+            )
+            if v.regime == "sgt"
+            else v
+            for v in variants
+        )
     results = run_all(args.pool, variants, seeds, steps, args.prompts)
     print(f"pool {args.pool}, seeds {seeds}, {steps} steps x {args.prompts} prompts x G=8\n")
     if sliced:
-        report_sliced(results, args.pool, args.out)
+        report_sliced(results, args.pool, args.out, args.primary)
     else:
         report_identical(results)
     print(f"\ntotal {time.perf_counter() - started:.0f}s", file=sys.stderr)

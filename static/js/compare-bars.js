@@ -1,8 +1,10 @@
 // The compare page's bar views: per-task evaluation (Figure 12) and the relative
 // improvement over a baseline group (Figure 11), one Plotly panel per policy, from
 // /api/v1/compare/bars (webapp/compare/serialize.py::bars_json, the numbers the exports
-// draw). Grouped bars, one per group in its colour, error bars from the band; the base
-// model as a dashed line over each task; a dashed zero line in the relative view.
+// draw). Grouped bars, one per group in its colour; error bars from the band (per task)
+// or each bar's 95% interval (relative view: delta method, the baseline's variance
+// included; caption() writes which into the page); the base model as a dashed line over
+// each task; a dashed zero line in the relative view.
 //
 // Every string from the server goes into the page through textContent, or into Plotly
 // through plot-text.js (escaped; legends ellipsized, the whole label in the hover through
@@ -29,7 +31,11 @@
     return node;
   }
 
-  function barTraces(panel, names) {
+  // The relative view's hover: the bar's interval after its value (none: one run).
+  const intervalText = (low, high) =>
+    Number.isFinite(low) && Number.isFinite(high) ? ` [${low.toPrecision(4)}, ${high.toPrecision(4)}]` : "";
+
+  function barTraces(panel, names, relative) {
     const name = (group) => names.get(group) || group;
     const errorColour = colours().muted;
     const x = panel.category_labels.map(plain);
@@ -40,12 +46,15 @@
       const y = mean.map((value, k) => (shown[k] && Number.isFinite(value) ? value : null));
       const above = trace.upper.map(num).map((u, k) => (Number.isFinite(u - mean[k]) ? Math.max(u - mean[k], 0) : 0));
       const below = trace.lower.map(num).map((l, k) => (Number.isFinite(mean[k] - l) ? Math.max(mean[k] - l, 0) : 0));
+      const upper = trace.upper.map(num);
+      const spans = trace.lower.map(num).map((l, k) => (relative ? intervalText(l, upper[k]) : ""));
       traces.push({
         type: "bar", x, y, name: legend(name(trace.group)), legendgroup: trace.group,
         marker: { color: trace.colour, pattern: { shape: PATTERNS[trace.dash] || "" } },
         error_y: { type: "data", symmetric: false, array: above, arrayminus: below, visible: true, color: errorColour, thickness: 1.2, width: 3 },
         meta: plotMeta(name(trace.group)), hoverlabel: { namelength: -1 },
-        customdata: trace.n, hovertemplate: "%{x}: %{y:.4g} (n=%{customdata})<extra>%{meta[0]}</extra>",
+        customdata: trace.n.map((n, k) => [n, spans[k]]),
+        hovertemplate: "%{x}: %{y:.4g}%{customdata[1]} (n=%{customdata[0]})<extra>%{meta[0]}</extra>",
       });
     }
     return traces;
@@ -90,7 +99,7 @@
           line: { color: colours().fg, width: 1.2, dash: "dash" }, name: "zero", layer: "above",
         });
       }
-      const traces = barTraces(panel, names).concat(baseTrace(panel, data));
+      const traces = barTraces(panel, names, data.view === "relative").concat(baseTrace(panel, data));
       const layout = {
         title: { text: plain(panel.title), font: { size: 13 }, y: 0.98, yanchor: "top" }, height: 340,
         barmode: "group", bargap: 1 - barSpan(panel.traces.length), bargroupgap: 0.06,
@@ -109,5 +118,13 @@
     }
   }
 
-  window.CompareBars = { render };
+  function caption(node, data) {
+    // What the relative view's error bars are ("Error bars: 95% interval, paired delta
+    // method, 5 seeds ..."), from the server; hidden when there is nothing to say.
+    if (!node) return;
+    node.textContent = data.interval_note || "";
+    node.hidden = !data.interval_note;
+  }
+
+  window.CompareBars = { render, caption };
 })();

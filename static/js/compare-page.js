@@ -209,6 +209,7 @@
     empty.textContent = data.empty || "";
     empty.hidden = !data.empty;
     window.CompareBars.render(document.getElementById("bar-panels"), data);
+    window.CompareBars.caption(document.getElementById("bars-interval-note"), data);
     setBaselineOptions(data);
   }
 

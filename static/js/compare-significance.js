@@ -2,7 +2,10 @@
 // (webapp/compare/serialize.py::significance_json, the numbers the CSV and LaTeX exports
 // write): one plain sentence per comparison, a forest plot of the intervals (one row per
 // comparison, the estimate and its 95% interval in the group's colour, a dashed zero
-// line), and the table (test, n, difference, interval, p, Holm's p, the note).
+// line), and the table (test, n, difference, interval, p, Holm's p, the note). A
+// comparison with one seed links its "launch a sweep" to the sweep form of its
+// experiment; the primary endpoint (kept out of Holm's family) reads "primary" where the
+// others have their Holm p.
 //
 // Every string from the server goes into the page through textContent, and into Plotly
 // through plot-text.js (escaped; legends ellipsized, the whole label in the hover through
@@ -55,9 +58,24 @@
     return parts.join(" · ");
   }
 
+  const SWEEP_WORDS = "launch a sweep";
+
+  // The sentence as text; with a sweep URL, its words "launch a sweep" are the link.
+  function sentenceItem(row) {
+    const item = el("li", { "data-testid": "sig-sentence" });
+    const at = row.sweep_url ? row.sentence.indexOf(SWEEP_WORDS) : -1;
+    if (at < 0) {
+      item.textContent = row.sentence;
+      return item;
+    }
+    const link = el("a", { href: row.sweep_url, "data-testid": "sig-sweep-link" }, SWEEP_WORDS);
+    item.append(row.sentence.slice(0, at), link, row.sentence.slice(at + SWEEP_WORDS.length));
+    return item;
+  }
+
   function sentences(box, data) {
     const list = el("ul", { "data-testid": "sig-sentences" });
-    for (const row of data.rows) list.append(el("li", { "data-testid": "sig-sentence" }, row.sentence));
+    for (const row of data.rows) list.append(sentenceItem(row));
     box.replaceChildren(list);
   }
 
@@ -115,23 +133,27 @@
       return;
     }
     const several = data.metrics.length > 1;
+    const holmColumn = Boolean(data.correction) || data.rows.some((row) => row.primary);
     const heads = ["policy", ...(several ? ["metric"] : []), "group", "test", "n", "difference",
-      "95% interval", "p", data.correction ? "Holm p" : null, "note"].filter(Boolean);
+      "95% interval", "p", holmColumn ? "Holm p" : null, "note"].filter(Boolean);
     const tableNode = el("table", { class: "list", "data-testid": "sig-table-rows" });
     const head = el("tr");
     for (const name of heads) head.append(nowrap(el("th", {}, name), name !== "note"));
     tableNode.append(head);
     for (const row of data.rows) {
-      const tr = el("tr", { "data-testid": "sig-row", "data-group": row.group, "data-policy": row.policy });
+      const tr = el("tr", {
+        "data-testid": "sig-row", "data-group": row.group, "data-policy": row.policy, "data-metric": row.metric,
+        ...(row.primary ? { "data-primary": "1" } : {}),
+      });
       const interval = row.interval;
       const cells = [row.policy_label, ...(several ? [row.metric_label] : []), groupName(data, row.group)];
       if (interval) {
         cells.push(interval.method, countText(interval), fixed(interval.estimate, interval.decimals),
           intervalText(interval), interval.p_text || "–");
-        if (data.correction) cells.push(interval.p_adjusted_text || "–");
+        if (holmColumn) cells.push(row.primary ? "primary" : interval.p_adjusted_text || "–");
       } else {
         cells.push("–", "–", "–", "–", "–");
-        if (data.correction) cells.push("–");
+        if (holmColumn) cells.push(row.primary ? "primary" : "–");
       }
       for (const text of cells) tr.append(nowrap(el("td", {}, text), true));
       tr.append(el("td", {}, row.note)); // the note wraps; the numbers do not

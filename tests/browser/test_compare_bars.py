@@ -90,6 +90,7 @@ def test_figure_12_and_the_figure_11_preset(page: Page, live_server: object, ali
     assert len(dashes) == 3 and all(dashes), dashes
     errors = first.locator(".errorbar").count()
     assert errors == 6
+    expect(page.get_by_test_id("bars-interval-note")).to_be_hidden()  # the band's view
     href = page.get_by_test_id("bars-export-pdf").get_attribute("href") or ""
     assert href.startswith("/compare/bars.pdf?") and "view=tasks" in href
     assert "view=tasks" in page.url
@@ -106,6 +107,13 @@ def test_figure_12_and_the_figure_11_preset(page: Page, live_server: object, ali
     llama = panels.first
     expect(llama.locator(".ytitle")).to_have_text("relative improvement over standalone (%)")
     expect(llama.locator(".barlayer .point path")).to_have_count(1)  # sgt over standalone
+    # Its error bar is the interval that counts standalone's variance, and the page says so
+    # (seeds 0 and 1 in both groups: paired), not "± std" over the runs.
+    expect(llama.locator(".errorbar")).to_have_count(1)
+    expect(page.get_by_test_id("bars-interval-note")).to_have_text(
+        "Error bars: 95% interval, paired delta method, 2 seeds (the baseline's variance included)."
+    )
+    expect(page.get_by_text("not the spread of the runs")).to_be_visible()
     expect(llama.locator(".xtick text")).to_have_text(["Validation reward@1"])
     zero = llama.locator(".shapelayer path")
     expect(zero).to_have_count(1)

@@ -15,12 +15,16 @@ checkpoint's step; step 0 holds the base model, evaluated before any update.
   runs' step-0 values (one model, so they agree), is drawn as a marker.
 - :func:`relative`: one panel per policy, x = the metrics, one bar per non-baseline
   group: Figure 11's one estimator, :func:`trainer.stats.relative_improvement` (also
-  ``bench/figures_11_12.py``'s): per run ``(x - b) / |b| * 100``, x its final value and
-  b the baseline group's mean final value for that policy and metric (every baseline
-  run counts, one that scored 0 too), then mean and band over the group's runs (not
-  paired by seed); the bar's height is ``(mean_x - b) / |b| * 100``. ``|b|`` keeps the
-  sign meaning "better" for a negative baseline. With b = 0 (or no baseline value) the
-  improvement is undefined: the bar is left out and a note says why.
+  ``bench/figures_11_12.py``'s): the bar's height is ``(mean_x - b) / |b| * 100``, x the
+  group's final values and b the baseline group's mean final value for that policy and
+  metric (every run counts, a baseline run that scored 0 too). ``|b|`` keeps the sign
+  meaning "better" for a negative baseline. Its error bar is the 95% interval of
+  :func:`trainer.stats.relative_interval`, which counts the baseline's variance too:
+  the paired delta method when every run of both groups pairs by seed (one run a seed
+  in each), the unpaired one otherwise; not the spec's band (a band over the runs'
+  values would treat b as known). :attr:`BarChart.interval_note` says which, with n.
+  With b = 0 (or no baseline value) the improvement is undefined: the bar is left out
+  and a note says why.
 
 Shapes: a panel has K categories; a :class:`BarTrace` holds ``[K]`` arrays, NaN (n = 0)
 where its group has no value. Group order, colours and dashes are the curves' own
@@ -39,7 +43,12 @@ from urllib.parse import urlencode
 import numpy as np
 
 from trainer import metrics as m
-from trainer.stats import relative_improvement
+from trainer.stats import (
+    RelativeInterval,
+    relative_improvement,
+    relative_interval,
+    relative_interval_unpaired,
+)
 from webapp.compare.assemble import Group, ids_text
 from webapp.compare.spec import ComparisonSpec, SpecError
 from webapp.compare.stats import aggregate, mean_std_n
@@ -53,7 +62,7 @@ VIEW_TITLES = {
     "curves": "Curves",
     "tasks": "Per-task evaluation (Figure 12)",
     "relative": "Relative improvement (Figure 11)",
-    "significance": "Significance (paired t, Holm)",
+    "significance": "Significance",  # the view names its tests (Significance.title)
 }
 SCORES = ("accuracy", "acc_norm")
 SCORE_LABELS = {"accuracy": "accuracy", "acc_norm": "accuracy (length-normalised)"}
@@ -179,7 +188,9 @@ FinalValues = Mapping[tuple[int, str, str], FinalValue]
 @dataclass
 class BarTrace:
     """One group's bars in a panel: ``[K]`` arrays over the panel's categories. ``std``
-    is the sample std over runs (NaN below two), whatever the band."""
+    is the sample std over runs (NaN below two), whatever the band. ``intervals``: in
+    the relative view, per category the interval that ``lower`` / ``upper`` hold (None
+    where there is no bar); empty in the per-task view (there they are the band)."""
 
     group: str
     colour: str
@@ -189,6 +200,7 @@ class BarTrace:
     upper: np.ndarray
     n: np.ndarray
     std: np.ndarray
+    intervals: list[RelativeInterval | None] = field(default_factory=list)
 
 
 @dataclass
@@ -228,6 +240,11 @@ class BarChart:
         return self.view == "relative"
 
     @property
+    def interval_note(self) -> str:
+        """What the relative view's error bars are (:func:`interval_note`); "" else."""
+        return interval_note(self.panels) if self.view == "relative" else ""
+
+    @property
     def query(self) -> str:
         return full_query(self.spec, self.options)
 
@@ -250,6 +267,21 @@ def _trace(group: Group, rows: list[list[float]], band: str, size: int) -> BarTr
         n=stats.n.astype(int),
         std=std,
     )
+
+
+def _interval_trace(
+    group: Group, rows: list[list[float]], intervals: list[RelativeInterval | None]
+) -> BarTrace:
+    """The relative view's bars of ``group``: per category the interval's estimate and
+    bounds (NaN where there is none), n its finite runs, std the per-run values'."""
+    trace = _trace(group, rows, "none", len(intervals))
+    for k, interval in enumerate(intervals):
+        found = interval if interval is not None and interval.defined else None
+        trace.mean[k] = found.estimate if found else math.nan
+        trace.lower[k] = found.low if found else math.nan
+        trace.upper[k] = found.high if found else math.nan
+    trace.intervals = list(intervals)
+    return trace
 
 
 def _std(values: np.ndarray) -> float:
@@ -393,6 +425,66 @@ def choose_baseline(
     return labels[0]
 
 
+def by_seed(
+    runs: Sequence[int], finals: Sequence[float], seed_of: Mapping[int, int]
+) -> dict[int, float] | None:
+    """seed -> final value of ``runs`` (``finals`` in their order), or None where they
+    cannot pair by seed: a run without a known seed, or two runs of one seed."""
+    found: dict[int, float] = {}
+    for run, value in zip(runs, finals, strict=True):
+        seed = seed_of.get(run)
+        if seed is None or seed in found:
+            return None
+        found[seed] = value
+    return found
+
+
+def group_interval(
+    runs: Sequence[int],
+    finals: Sequence[float],
+    base_runs: Sequence[int],
+    base_finals: Sequence[float],
+    seed_of: Mapping[int, int],
+) -> RelativeInterval:
+    """The improvement of one group over the baseline group with its interval
+    (:func:`trainer.stats.relative_interval`): paired by seed when every run of both
+    pairs, unpaired otherwise (a seed with two runs in a group too)."""
+    x, b = by_seed(runs, finals, seed_of), by_seed(base_runs, base_finals, seed_of)
+    if x is None or b is None:
+        return relative_interval_unpaired(finals, base_finals)
+    return relative_interval(x, b)
+
+
+def interval_note(panels: Sequence[BarPanel]) -> str:
+    """The relative view's error bars in words, for the caption: "Error bars: 95%
+    interval, paired delta method, 5 seeds (the baseline's variance included)", each
+    kind once (naming its groups when there are several kinds); "" without intervals."""
+    kinds: dict[str, list[str]] = {}
+    too_few = False
+    for panel in panels:
+        for trace in panel.traces:
+            for interval in trace.intervals:
+                if interval is None or not interval.defined:
+                    continue
+                if not interval.has_interval:
+                    too_few = True
+                    continue
+                groups = kinds.setdefault(interval.description(), [])
+                if trace.group not in groups:
+                    groups.append(trace.group)
+    if not kinds and not too_few:
+        return ""
+    if len(kinds) == 1:
+        parts = list(kinds)
+    else:
+        parts = [f"{kind} ({', '.join(groups)})" for kind, groups in kinds.items()]
+    text = "Error bars: " + "; ".join(parts) if parts else "Error bars: none"
+    text += " (the baseline's variance included)" if parts else ""
+    if too_few:
+        text += "; a bar without one rests on too few runs for an interval"
+    return text + "."
+
+
 def relative(
     *,
     groups: Sequence[Group],
@@ -400,13 +492,15 @@ def relative(
     metrics: Sequence[str],
     baseline: str,
     values: FinalValues,
-    band: str = "std",
+    seed_of: Mapping[int, int] | None = None,
     notes: list[str] | None = None,
 ) -> list[BarPanel]:
-    """Figure 11: per policy, per metric, one bar per non-baseline group: the mean (and
-    band) over its runs of ``(x - b) / |b| * 100``, b the baseline group's mean final
-    value of that policy and metric (:func:`trainer.stats.relative_improvement`). No bar
-    where b is 0 or unknown (noted)."""
+    """Figure 11: per policy, per metric, one bar per non-baseline group: ``(mean_x - b)
+    / |b| * 100``, b the baseline group's mean final value of that policy and metric
+    (:func:`trainer.stats.relative_improvement`), with its 95% interval as the error bar
+    (:func:`group_interval`: paired by seed through ``seed_of``, run id -> seed, when
+    every run pairs). No bar where b is 0 or unknown (noted)."""
+    seed_of = {} if seed_of is None else seed_of
     notes = [] if notes is None else notes
     by_label = {group.label: group for group in groups}
     base_group = by_label.get(baseline)
@@ -428,15 +522,22 @@ def relative(
         rows: dict[str, list[list[float]]] = {
             group.label: [[math.nan] * len(metrics) for _ in group.runs] for group in others
         }
+        intervals: dict[str, list[RelativeInterval | None]] = {
+            group.label: [None] * len(metrics) for group in others
+        }
+        base_runs = base_group.runs if base_group else []
         for k, metric in enumerate(metrics):
-            base_finals = _finals(base_group.runs if base_group else [], policy, metric, values)
+            base_finals = _finals(base_runs, policy, metric, values)
             panel.base[k] = _mean(base_finals)
             for group in others:
-                found = relative_improvement(
-                    _finals(group.runs, policy, metric, values), base_finals
-                )
+                finals = _finals(group.runs, policy, metric, values)
+                found = relative_improvement(finals, base_finals)
                 for row, value in zip(rows[group.label], found.per_run, strict=True):
                     row[k] = value
+                if found.defined:
+                    intervals[group.label][k] = group_interval(
+                        group.runs, finals, base_runs, base_finals, seed_of
+                    )
             # The estimator's reasons (NO_BASELINE, ZERO_BASELINE), said once per metric.
             where = f"{panel.title} · {m.label(metric)}"
             if not math.isfinite(panel.base[k]):
@@ -449,7 +550,7 @@ def relative(
         for group in others:
             group_rows = rows[group.label]
             if any(_finite(v) for row in group_rows for v in row):
-                panel.traces.append(_trace(group, group_rows, band, len(metrics)))
+                panel.traces.append(_interval_trace(group, group_rows, intervals[group.label]))
         if not panel.traces:
             if (panel.base == 0).any():
                 panel.message = f"the {baseline} mean is 0: no relative improvement"

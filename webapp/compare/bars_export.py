@@ -6,15 +6,20 @@ matplotlib object API, the same rcParams, fonts, column widths (3.5 / 7.0 in), 3
 PNG, the same metadata-free deterministic output, under the same render lock. One panel
 per policy, x = the categories (tasks, or metrics), one bar per group in the group's
 colour (a hatch for a group past the eighth, where the curves use a dash), error bars
-from the spec's band; the base model's value as a short dashed line over each task
-(per-task view), a dashed zero line (relative view).
+from the spec's band (per-task view) or each bar's 95% interval (relative view: the
+delta method, the baseline's variance included, named in a note under the panels); the
+base model's value as a short dashed line over each task (per-task view), a dashed zero
+line (relative view).
 
 The CSV has one row per bar drawn: view, policy, x (the task, or the metric key), group,
-mean, lower, upper, n, base (the base model's value, or the baseline group's mean in the
-relative view), written through :class:`webapp.core.csv_safe.SafeWriter` (a label that a
+mean, lower, upper (the band; in the relative view the interval's low and high), n,
+base (the base model's value, or the baseline group's mean in the relative view), and
+error_bar (what lower and upper are: the band's name, or the interval's method and
+count), written through :class:`webapp.core.csv_safe.SafeWriter` (a label that a
 spreadsheet would run as a formula gets a leading "'"). The LaTeX table has per policy
 one row per category and one column per group, mean $\\pm$ std (ddof = 1) over the
-group's runs, the best group of each row in bold, and the base (or baseline) value last.
+group's runs (relative view: the improvement and its 95% interval in brackets), the best
+group of each row in bold, and the base (or baseline) value last.
 """
 
 from __future__ import annotations
@@ -49,7 +54,18 @@ from webapp.compare.export import (
 )
 from webapp.core.csv_safe import SafeWriter
 
-BAR_CSV_COLUMNS = ("view", "policy", "x", "group", "mean", "lower", "upper", "n", "base")
+BAR_CSV_COLUMNS = (
+    "view",
+    "policy",
+    "x",
+    "group",
+    "mean",
+    "lower",
+    "upper",
+    "n",
+    "base",
+    "error_bar",
+)
 HATCHES = {"solid": "", "dash": "////", "dot": "....", "dashdot": "xxxx"}
 BASE_COLOUR = "0.5"  # grey that shows on black bars and on white
 BASE_DASH = (0, (2.0, 1.2))
@@ -92,7 +108,7 @@ def build_bars_figure(chart: BarChart, columns: int = 1) -> Figure:
     long_labels = _rotate(panels)
     if long_labels:
         height += 0.35 * nrows
-    note = ci_bars_note(chart, columns)
+    note = interval_bars_note(chart, columns) or ci_bars_note(chart, columns)
     if note:
         height += 0.15 * (note.count("\n") + 1)
     figure = Figure(figsize=(width, height), layout="constrained")
@@ -217,10 +233,20 @@ def _draw_trace(ax: Any, trace: BarTrace, x: np.ndarray, width: float) -> None:
     )
 
 
+def interval_bars_note(chart: BarChart, columns: int = 1) -> str | None:
+    """The relative view's note under the panels: what its error bars are
+    (:attr:`webapp.compare.bars.BarChart.interval_note`), wrapped; None in the other
+    view or without bars."""
+    note = chart.interval_note
+    if not note:
+        return None
+    return textwrap.fill(figure_label(note, limit=400), width=int(COLUMN_WIDTHS[columns] * 14))
+
+
 def ci_bars_note(chart: BarChart, columns: int = 1) -> str | None:
-    """With 95% CI bands: the note naming the groups whose bars rest on fewer than 3
-    runs; None otherwise."""
-    if chart.spec.band != "ci95":
+    """With 95% CI bands (per-task view): the note naming the groups whose bars rest on
+    fewer than 3 runs; None otherwise."""
+    if chart.spec.band != "ci95" or chart.view != "tasks":
         return None
     small: dict[str, int] = {}
     for panel in chart.panels:
@@ -246,9 +272,22 @@ def render_bars(chart: BarChart, fmt: str, columns: int = 1) -> bytes:
 # --------------------------------------------------------------------------- CSV
 
 
+def error_bar_text(chart: BarChart, trace: BarTrace, k: int) -> str:
+    """What ``trace``'s lower and upper at category ``k`` are: the spec's band (per-task
+    view), or the interval's "95% interval, paired delta method, 5 seeds" (relative
+    view; "none (too few runs)" without one)."""
+    if chart.view != "relative":
+        return chart.spec.band
+    interval = trace.intervals[k] if k < len(trace.intervals) else None
+    if interval is None or not interval.has_interval:
+        return "none (too few runs)"
+    return interval.description()
+
+
 def bars_csv(chart: BarChart) -> str:
     """One row per bar drawn (a group with a value at a category): view, policy, x (the
-    task, or the metric key), group, mean, lower, upper, n, base."""
+    task, or the metric key), group, mean, lower, upper, n, base, error_bar
+    (:func:`error_bar_text`)."""
     out = io.StringIO()
     writer = SafeWriter(out)
     writer.writerow(BAR_CSV_COLUMNS)
@@ -268,6 +307,7 @@ def bars_csv(chart: BarChart) -> str:
                         number_text(trace.upper[k]),
                         int(trace.n[k]),
                         number_text(panel.base[k]) if math.isfinite(panel.base[k]) else "",
+                        error_bar_text(chart, trace, k),
                     )
                 )
     return out.getvalue()
@@ -276,9 +316,20 @@ def bars_csv(chart: BarChart) -> str:
 # --------------------------------------------------------------------------- LaTeX
 
 
+def _interval_latex(trace: BarTrace, k: int, decimals: int) -> str:
+    """The relative view's cell: "40.0 [$-$61.7, 141.7]" (the estimate alone without an
+    interval)."""
+    text = _number_latex(float(trace.mean[k]), decimals)
+    low, high = float(trace.lower[k]), float(trace.upper[k])
+    if math.isfinite(low) and math.isfinite(high):
+        text += f" [{_number_latex(low, decimals)}, {_number_latex(high, decimals)}]"
+    return text
+
+
 def bars_latex(chart: BarChart) -> str:
     """A booktabs ``tabular``: per policy one row per category (task, or metric), one
-    column per group (mean $\\pm$ std over its runs; the best group of the row in bold),
+    column per group (mean $\\pm$ std over its runs; in the relative view the improvement
+    and its 95% interval, ``40.0 [$-$61.7, 141.7]``; the best group of the row in bold),
     then the base model's value (or the baseline group's mean)."""
     labels = [label for label, _colour, _dash in _shown_groups(chart)]
     names = {group.label: group.name for group in chart.groups}  # the column headings
@@ -312,9 +363,14 @@ def bars_latex(chart: BarChart) -> str:
         first += f"final value over the mean of {latex_escape(chart.baseline)}"
         what, base_head = "Metric", f"{latex_escape(chart.baseline)} mean"
         base_text = f"Last column: the {latex_escape(chart.baseline)} group's mean final value."
+    if chart.view == "tasks":
+        spread = "mean $\\pm$ std (ddof=1) over the runs of each group."
+    else:
+        note = latex_escape(chart.interval_note or "Error bars: none.")
+        spread = f"the improvement [its 95\\% interval] of each group. {note}"
     # Comments through latex_comment: a line break in a label cannot end them.
     lines = [
-        latex_comment(first + "; mean $\\pm$ std (ddof=1) over the runs of each group."),
+        latex_comment(f"{first}; {spread}"),
         latex_comment(f"Runs per group (at most): {runs_text or 'none'}. {base_text}"),
         latex_comment(
             "Bold: the best group per row (higher is better). Needs \\usepackage{booktabs}."
@@ -345,8 +401,11 @@ def bars_latex(chart: BarChart) -> str:
                 if trace is None or group not in means:
                     entries.append("--")
                     continue
-                std = float(trace.std[k]) if math.isfinite(trace.std[k]) else None
-                text = _mean_std_latex(means[group], std, decimals)
+                if chart.view == "tasks":
+                    std = float(trace.std[k]) if math.isfinite(trace.std[k]) else None
+                    text = _mean_std_latex(means[group], std, decimals)
+                else:
+                    text = _interval_latex(trace, k, decimals)
                 entries.append(f"\\textbf{{{text}}}" if group in best else text)
             base = float(panel.base[k])
             entries.append(_number_latex(base, base_decimals) if math.isfinite(base) else "--")

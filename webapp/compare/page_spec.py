@@ -6,11 +6,12 @@ numbers the page draws.
 The page's form starts from the query (a saved comparison's, or the address bar's): the
 metric checkboxes are the selected runs' keys, sorted, ticked when the query names them
 (or, when it names none, the defaults :data:`webapp.compare.spec.DEFAULT_METRICS`); the
-policy checkboxes are the runs' policies in pool order, ticked when named; ``group_by``
-(default ``regime``), ``smooth`` (default 0) are text fields; ``x`` and ``band`` are
-selects that fall back to their first option (``step``, ``std``) on a value they lack;
-``log_y`` is ticked by any non-empty value. The script sends the selection as the
-resolved run ids, the ticked boxes in the form's order, and the fields' values.
+policy checkboxes are the runs' policies in pool order (then "pool mean" where a run
+logged one), ticked when named; ``group_by`` (default ``regime``), ``smooth`` (default
+0) are text fields; ``x`` and ``band`` are selects that fall back to their first option
+(``step``, ``std``) on a value they lack; ``log_y`` is ticked by any non-empty value.
+The script sends the selection as the resolved run ids, the ticked boxes in the form's
+order, and the fields' values.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 
 from django.http import QueryDict
 
+from trainer import metrics as m
 from webapp.compare.spec import DEFAULT_METRICS, ComparisonSpec
 from webapp.metrics.models import MetricSeries
 from webapp.runs.models import Run
@@ -47,11 +49,24 @@ def metric_keys(runs: Sequence[Run]) -> list[str]:
 
 
 def pool_policies(runs: Sequence[Run]) -> list[str]:
-    """The runs' policies, the first run's pool order first: the page's policy boxes."""
+    """The runs' policies, the first run's pool order first, then the pool mean
+    (``_pool``) when some run logged one (val/reward@1, train/reward_mean): the page's
+    policy boxes."""
     names: list[str] = []
     for run in runs:
         names += [name for name in run.policy_names if name not in names]
+    if has_pool_mean(runs):
+        names.append(m.POOL)
     return names
+
+
+def has_pool_mean(runs: Sequence[Run]) -> bool:
+    """Whether some of ``runs`` logged a pool-mean series (:data:`trainer.metrics.POOL`
+    under a key its pool value is the mean of), one query."""
+    keys = [key for key, how in m.POOL_REDUCTIONS.items() if how == "mean"]
+    return MetricSeries.objects.filter(
+        run_id__in=[run.pk for run in runs], policy=m.POOL, key__in=keys
+    ).exists()
 
 
 def chosen_metrics(params: QueryDict) -> list[str]:

@@ -42,7 +42,9 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection, transaction
 from django.db.models import Max, Min, Q
 from django.http import Http404
+from django.urls import reverse
 
+from trainer.metrics import POOL
 from webapp.compare.assemble import (
     X_COUNTERS,
     Buckets,
@@ -72,7 +74,7 @@ from webapp.compare.bars import (
     relative,
 )
 from webapp.compare.models import SavedComparison
-from webapp.compare.significance import Significance, significance_rows, step_notes
+from webapp.compare.significance import Primary, Significance, significance_rows, step_notes
 from webapp.compare.spec import ComparisonSpec, SpecError
 from webapp.compare.stats import RunSummary
 from webapp.core.digits import INT64_DIGITS, ascii_digits
@@ -678,7 +680,7 @@ def bars_build(*, spec: ComparisonSpec, runs: Sequence[Run], options: BarOptions
         metrics=options.metrics,
         baseline=chart.baseline,
         values=values,
-        band=spec.band,
+        seed_of={run.pk: run.seed for run in runs},
         notes=notes,
     )
     if not values:
@@ -688,17 +690,25 @@ def bars_build(*, spec: ComparisonSpec, runs: Sequence[Run], options: BarOptions
 
 
 def significance_build(
-    *, spec: ComparisonSpec, runs: Sequence[Run], options: BarOptions
+    *,
+    spec: ComparisonSpec,
+    runs: Sequence[Run],
+    options: BarOptions,
+    primary: Primary | None = None,
 ) -> Significance:
     """The significance view of ``runs`` (visible, the spec's): per metric, policy and
     non-baseline group, the difference to the baseline group at the final step (or at
     ``options.sig_step``), its interval, n, p and Holm's p
-    (:mod:`webapp.compare.significance`), from one final-value statement.
+    (:mod:`webapp.compare.significance`), from one final-value statement. With no policy
+    chosen, the pool mean too (where it is logged); ``primary`` is kept out of the Holm
+    family; a comparison with one seed links to its experiment's sweep form.
 
     Raises :class:`webapp.compare.spec.SpecError` for a baseline that is no group."""
     notes: list[str] = []
     groups = groups_of(runs, spec.group_by)
     policies = policies_of(runs, spec, notes)
+    if not spec.policies:
+        policies.append(POOL)  # the pool's net effect, on the keys it is logged for
     regime_of = {run.pk: run.regime for run in runs}
     baseline = choose_baseline(groups, options.baseline, regime_of, notes)
     table = Significance(
@@ -708,6 +718,7 @@ def significance_build(
         baseline=baseline,
         step=options.sig_step,
         notes=notes,
+        primary=primary,
     )
     values = final_values([run.pk for run in runs], policies, options.metrics, options.sig_step)
     if len(groups) < 2:
@@ -717,6 +728,7 @@ def significance_build(
     if table.empty:
         notes.append(table.empty)
         return table
+    experiment_of = {run.pk: run.experiment_id for run in runs}
     table.rows, table.correction = significance_rows(
         groups=groups,
         policies=policies,
@@ -725,6 +737,8 @@ def significance_build(
         values=values,
         seed_of={run.pk: run.seed for run in runs},
         notes=notes,
+        primary=primary,
+        sweep_url_of=lambda run: reverse("compare:sweep_create", args=[experiment_of[run]]),
     )
     notes += step_notes(table.rows, options.sig_step)
     return table

@@ -132,12 +132,15 @@ def summary_json(summary: Summary) -> dict[str, Any]:
 def bars_json(chart: BarChart) -> dict[str, Any]:
     """``{"view", "title", "spec", "groups": [{"label", "name", "colour", "dash", "runs"}],
     "suites": {suite: [tasks]}, "suite", "score", "baseline", "metrics", "zero_line",
-    "empty", "panels": [{"policy", "title", "x_label", "y_label", "categories",
+    "interval_note", "empty", "panels": [{"policy", "title", "x_label", "y_label", "categories",
     "category_labels", "base", "base_label", "message", "traces": [{"group", "colour", "dash",
     "mean", "lower", "upper", "n", "std"}]}], "notes"}``. ``spec`` is the whole query
     (the spec's and the bar options); ``empty`` says in words why nothing is drawn (else
     null); ``base`` is per category the base model's value (tasks) or the baseline
-    group's mean (relative); a panel's ``message`` says why it has no bars ("" if it has)."""
+    group's mean (relative); a panel's ``message`` says why it has no bars ("" if it has).
+    In the relative view ``lower``/``upper`` are each bar's 95% interval and
+    ``interval_note`` says which (:attr:`webapp.compare.bars.BarChart.interval_note`;
+    "" in the per-task view, whose ``lower``/``upper`` are the spec's band)."""
     return {
         "view": chart.view,
         "title": VIEW_TITLES[chart.view],
@@ -149,6 +152,7 @@ def bars_json(chart: BarChart) -> dict[str, Any]:
         "baseline": chart.baseline,
         "metrics": list(chart.options.metrics),
         "zero_line": chart.zero_line,
+        "interval_note": chart.interval_note,
         "empty": chart.empty,
         "panels": [
             {
@@ -183,7 +187,7 @@ def bars_json(chart: BarChart) -> dict[str, Any]:
 
 def interval_json(interval: Interval | None) -> dict[str, Any] | None:
     """``{"method", "estimate", "low", "high", "n", "n_other", "df", "p", "p_adjusted",
-    "p_text", "p_adjusted_text", "decimals", "level"}`` (non-finite numbers as strings;
+    "p_text", "p_adjusted_text", "decimals", "level", "no_spread"}`` (non-finite numbers as strings;
     ``p_adjusted`` null when not adjusted; the ``_text`` ones as tables show them, "" for
     none; ``decimals``: how many the page shows, :func:`trainer.stats.interval_decimals`)."""
     if interval is None:
@@ -202,19 +206,22 @@ def interval_json(interval: Interval | None) -> dict[str, Any] | None:
         "p_adjusted_text": "" if interval.p_adjusted is None else p_number(interval.p_adjusted),
         "decimals": interval_decimals(interval),
         "level": interval.level,
+        "no_spread": interval.no_spread,
     }
 
 
 def significance_json(table: Significance) -> dict[str, Any]:
     """``{"view": "significance", "title", "spec", "groups": [{"label", "name", "colour",
     "dash", "runs"}], "baseline", "metrics", "step" (null: each run's final value), "where",
-    "level", "correction" ("" for none), "method" (in words), "empty", "rows": [{"policy",
-    "policy_label", "metric", "metric_label", "group", "colour", "interval": {...} | null,
-    "group_mean", "baseline_mean", "seeds", "unpaired", "steps", "note", "sentence"}],
-    "notes"}``; ``interval`` is :func:`interval_json`'s, null without a value on a side."""
+    "level", "correction" ("" for none), "method" (in words), "empty", "primary" (the
+    parameter, "" for none), "rows": [{"policy", "policy_label", "metric", "metric_label",
+    "group", "colour", "interval": {...} | null, "group_mean", "baseline_mean", "seeds",
+    "unpaired", "steps", "note", "sentence", "primary" (bool), "sweep_url" ("" unless one
+    seed)}], "notes"}``; ``interval`` is :func:`interval_json`'s, null without a value on
+    a side; ``title`` names the tests used (:attr:`Significance.title`)."""
     return {
         "view": table.view,
-        "title": VIEW_TITLES[table.view],
+        "title": table.title,
         "spec": table.query,
         "groups": groups_json(table.groups),
         "baseline": table.baseline,
@@ -225,6 +232,7 @@ def significance_json(table: Significance) -> dict[str, Any]:
         "correction": table.correction,
         "method": table.method_text,
         "empty": table.empty,
+        "primary": "" if table.primary is None else table.primary.text,
         "rows": [
             {
                 "policy": row.policy,
@@ -241,6 +249,8 @@ def significance_json(table: Significance) -> dict[str, Any]:
                 "steps": list(row.steps),
                 "note": row.note,
                 "sentence": row.sentence,
+                "primary": row.primary,
+                "sweep_url": row.sweep_url,
             }
             for row in table.rows
         ],

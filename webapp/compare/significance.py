@@ -18,26 +18,85 @@ last finite value, at or before the chosen step when there is one). Then per com
 
 With several comparisons shown, their p-values are adjusted together by Holm-Bonferroni
 (:func:`trainer.stats.holm`): the family is every comparison on the page (metrics x
-policies x groups), and :attr:`Significance.correction` names it. A run without a
-value is named in a note, never dropped silently.
+policies x groups) with a p-value, and :attr:`Significance.correction` names it. A
+comparison named the primary endpoint (``primary=<policy>|<metric>|<group>``,
+:class:`Primary`) is kept out of that family: it keeps its own p, is marked in the table,
+and its sentence names the family (``bench/regimes.py`` does the same, so the same
+endpoint has the same p in both). A comparison without a spread (every seed moved by the
+same amount) or with one seed has no p: it is not tested and not in the family; one
+with one seed links to the sweep form of its experiment. The title names the tests
+actually used (:attr:`Significance.title`). With no policy chosen, the pool mean
+(``_pool``) is compared too on the metrics it is logged for (val/reward@1): the pool's
+net effect. A run without a value is named in a note, never dropped silently.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from urllib.parse import urlencode
 
 from trainer import metrics as m
-from trainer.stats import LEVEL, PAIRED, Interval, holm, paired_t, sentence, welch
+from trainer.stats import LEVEL, METHODS, PAIRED, Interval, holm, paired_t, sentence, welch
 from webapp.compare.assemble import Group, PolicyMetricLabels, ids_text
-from webapp.compare.bars import BarOptions, FinalValues, full_query
-from webapp.compare.spec import ComparisonSpec
+from webapp.compare.bars import MAX_BASELINE, BarOptions, FinalValues, Query, full_query
+from webapp.compare.spec import METRIC_PATTERN, POLICY_PATTERN, ComparisonSpec, SpecError
 
-TITLE = "Significance (paired t, Holm)"
+TITLE = "Significance"
+"""The view's title before any test is known; :attr:`Significance.title` adds the tests."""
 NO_PAIRS = "no seed is in both groups"
 MAX_SEEDS_SHOWN = 12
+PRIMARY_PARAM = "primary"
+PRIMARY_SEPARATOR = "|"
+
+
+@dataclass(frozen=True)
+class Primary:
+    """The comparison named the primary endpoint: ``policy``'s ``metric``, ``group``
+    against the baseline. Kept out of the Holm family (its own p)."""
+
+    policy: str
+    metric: str
+    group: str
+
+    @classmethod
+    def from_query(cls, query: Query) -> Primary | None:
+        """``primary=<policy>|<metric>|<group>`` (the group may contain "|"), None when
+        absent or empty; :class:`webapp.compare.spec.SpecError` naming the parameter for
+        a malformed one. Whether such a comparison is on the page is said by
+        :func:`significance_rows` (a note), not here."""
+        raw = (query.get(PRIMARY_PARAM, "") or "").strip()
+        if not raw:
+            return None
+        parts = raw.split(PRIMARY_SEPARATOR, 2)
+        usage = f"{PRIMARY_PARAM}: <policy>|<metric>|<group> (e.g. qwen|val/reward@1|sgt)"
+        if len(parts) != 3:
+            raise SpecError(f"{usage}, not {raw[:80]!r}")
+        policy, metric, group = (part.strip() for part in parts)
+        if not POLICY_PATTERN.match(policy):
+            raise SpecError(f"{usage}: {policy[:80]!r} is not a policy name")
+        if not METRIC_PATTERN.match(metric):
+            raise SpecError(f"{usage}: {metric[:80]!r} is not a metric name")
+        if not group or len(group) > MAX_BASELINE or "\x00" in group:
+            raise SpecError(f"{usage}: the group is a label of 1 to {MAX_BASELINE} characters")
+        return cls(policy, metric, group)
+
+    @property
+    def text(self) -> str:
+        """The parameter's value: "qwen|val/reward@1|sgt"."""
+        return PRIMARY_SEPARATOR.join((self.policy, self.metric, self.group))
+
+    @property
+    def label(self) -> str:
+        """As people read it: "qwen · Validation reward@1 · sgt"."""
+        policy = m.policy_label(self.policy, self.metric)
+        return f"{policy} · {m.label(self.metric)} · {self.group}"
+
+    def names_parts(self, policy: str, metric: str, group: str) -> bool:
+        """Whether this is ``group``'s comparison on ``policy``'s ``metric``."""
+        return (policy, metric, group) == (self.policy, self.metric, self.group)
 
 
 @dataclass(frozen=True)
@@ -47,7 +106,9 @@ class SigRow(PolicyMetricLabels):
     ``interval`` is None when either group has no value (``note`` says which);
     ``seeds``: the paired seeds (paired t) or every seed with a value (Welch);
     ``unpaired``: the runs with a value left out of the pairing; ``steps``: the steps of
-    the values compared."""
+    the values compared; ``primary``: the primary endpoint (out of the Holm family);
+    ``sweep_url``: where to launch a sweep for an interval (a comparison with one seed,
+    "" otherwise)."""
 
     policy: str
     metric: str
@@ -61,13 +122,16 @@ class SigRow(PolicyMetricLabels):
     steps: tuple[int, ...] = ()
     note: str = ""
     sentence: str = ""
+    primary: bool = False
+    sweep_url: str = ""
 
 
 @dataclass
 class Significance:
     """The significance view of a comparison: its rows in order (metric, policy, group),
     the baseline group, the step (None: each run's final value), the correction applied
-    (named, "" for a single comparison) and the notes."""
+    (named, "" for a single comparison), the primary endpoint asked for (None: none) and
+    the notes."""
 
     spec: ComparisonSpec
     options: BarOptions
@@ -79,6 +143,7 @@ class Significance:
     correction: str = ""
     empty: str | None = None
     level: float = LEVEL
+    primary: Primary | None = None
 
     @property
     def view(self) -> str:
@@ -86,7 +151,30 @@ class Significance:
 
     @property
     def query(self) -> str:
-        return full_query(self.spec, self.options)
+        """The spec and options, with the primary endpoint when one is asked for."""
+        query = full_query(self.spec, self.options)
+        if self.primary is not None:
+            query += "&" + urlencode({PRIMARY_PARAM: self.primary.text}, safe="/@,:|")
+        return query
+
+    @property
+    def title(self) -> str:
+        """ "Significance (paired t, Holm)", "(Welch)", "(paired t and Welch, Holm)": the
+        tests that gave a p on this page, and Holm when it adjusted them."""
+        used = [
+            method
+            for method in METHODS
+            if any(
+                row.interval is not None
+                and row.interval.method == method
+                and math.isfinite(row.interval.p)
+                for row in self.rows
+            )
+        ]
+        named = " and ".join(used)
+        if self.correction:
+            named = f"{named}, Holm" if named else "Holm"
+        return f"{TITLE} ({named})" if named else TITLE
 
     @property
     def method_text(self) -> str:
@@ -96,10 +184,14 @@ class Significance:
             "Paired t: runs paired by seed (the same seed in both groups), the mean of the "
             "differences and its Student t interval on n - 1 df (n = pairs). Welch: where "
             "fewer than two seeds pair, the difference of the means over all runs and "
-            "Welch's interval (Welch-Satterthwaite df). p: two-sided, of a zero difference."
+            "Welch's interval (Welch-Satterthwaite df). p: two-sided, of a zero difference. "
+            "No spread (every seed moved by the same amount) or one seed: no test, no p."
         )
         if self.correction:
             text += f" Multiplicity: {self.correction} (Holm p)."
+        primary = next((row for row in self.rows if row.primary), None)
+        if primary is not None and self.primary is not None:
+            text += f" Primary endpoint: {self.primary.label}, its own p."
         return text
 
     @property
@@ -163,8 +255,12 @@ def compare_groups(
     else:
         why = f"only seed {pairs[0]} is in both groups"
     seeds = tuple(sorted({seed_of[run] for run in (*x, *b)}))
-    note = f"unpaired: {why}, so Welch's interval over all runs"
-    return welch(list(x.values()), list(b.values())), seeds, (), note
+    interval = welch(list(x.values()), list(b.values()))
+    if interval.has_interval:
+        note = f"unpaired: {why}, so Welch's interval over all runs"
+    else:
+        note = f"unpaired: {why}; a group of one run has no interval"
+    return interval, seeds, (), note
 
 
 def significance_rows(
@@ -176,15 +272,25 @@ def significance_rows(
     values: FinalValues,
     seed_of: Mapping[int, int],
     notes: list[str],
+    primary: Primary | None = None,
+    sweep_url_of: Callable[[int], str] | None = None,
 ) -> tuple[list[SigRow], str]:
     """The comparisons (metric, policy, group order) with Holm's adjusted p set where
-    more than one has a p-value, and the correction's name ("" for none)."""
+    more than one has a p-value, and the correction's name ("" for none).
+
+    ``primary``: the comparison kept out of the Holm family (marked, its own p); a note
+    says so when no comparison here matches it. The pool mean (``_pool`` in
+    ``policies``) gives rows only on the metrics some run has its series for.
+    ``sweep_url_of``: run id -> the sweep form of its experiment, linked from a
+    comparison with one seed (from the side with fewer runs)."""
     by_label = {group.label: group for group in groups}
     base = by_label.get(baseline)
     others = [group for group in groups if group.label != baseline]
     rows: list[SigRow] = []
     for metric in metrics:
         for policy in policies:
+            if policy == m.POOL and not _logged(values, policy, metric):
+                continue  # the pool's mean is logged for a few keys only (val/reward@1)
             where = f"{m.policy_label(policy, metric)} · {m.label(metric)}"
             b, b_steps, b_missing = _values(base.runs if base else [], policy, metric, values)
             if b_missing and others:
@@ -199,6 +305,10 @@ def significance_rows(
                 if interval is None:
                     side = baseline if not b else group.label
                     note = f"no {side} run has a value"
+                sweep_url = ""
+                if interval is not None and not interval.has_interval and sweep_url_of:
+                    fewer = x if len(x) <= len(b) else b
+                    sweep_url = sweep_url_of(min(fewer))
                 rows.append(
                     SigRow(
                         policy=policy,
@@ -212,20 +322,38 @@ def significance_rows(
                         unpaired=unpaired,
                         steps=tuple(sorted(set(x_steps) | set(b_steps))),
                         note=note,
+                        primary=primary is not None
+                        and primary.names_parts(policy, metric, group.label),
+                        sweep_url=sweep_url,
                     )
                 )
-    tested = [
+    if primary is not None and not any(row.primary for row in rows):
+        notes.append(
+            f"primary: no comparison {primary.label} against {baseline} here; every "
+            "comparison is in the Holm family"
+        )
+    family = [
         (i, row.interval)
         for i, row in enumerate(rows)
-        if row.interval is not None and math.isfinite(row.interval.p)
+        if row.interval is not None and math.isfinite(row.interval.p) and not row.primary
     ]
     correction = ""
-    if len(tested) > 1:
-        adjusted = holm([interval.p for _, interval in tested])
-        for (i, interval), p in zip(tested, adjusted, strict=True):
+    if len(family) > 1:
+        adjusted = holm([interval.p for _, interval in family])
+        for (i, interval), p in zip(family, adjusted, strict=True):
             rows[i] = replace(rows[i], interval=interval.adjusted(p))
-        correction = f"Holm-Bonferroni over the {len(tested)} comparisons shown"
-    return [replace(row, sentence=_sentence(row, baseline)) for row in rows], correction
+        correction = f"Holm-Bonferroni over the {len(family)} comparisons shown"
+        if any(row.primary for row in rows):
+            correction += " other than the primary endpoint"
+    return [
+        replace(row, sentence=_sentence(row, baseline, len(family) if row.primary else None))
+        for row in rows
+    ], correction
+
+
+def _logged(values: FinalValues, policy: str, metric: str) -> bool:
+    """Whether some run has a value of ``policy``'s ``metric``."""
+    return any(key[1:] == (policy, metric) for key in values)
 
 
 def _values(
@@ -245,18 +373,25 @@ def _values(
     return found, steps, missing
 
 
-def _sentence(row: SigRow, baseline: str) -> str:
-    whose = f"{row.policy_label}'s {metric_words(row.metric)}"
+def _sentence(row: SigRow, baseline: str, primary_of: int | None = None) -> str:
+    """The row's sentence (:func:`trainer.stats.sentence`); the pool mean reads "the pool's
+    mean validation reward@1"; Welch's note follows its interval (not a point, not none)."""
+    metric = metric_words(row.metric)
+    policy = row.policy_label
+    if row.policy == m.POOL:
+        policy, metric = "the pool", f"mean {metric}"
     if row.interval is None:
-        return f"{row.group} against {baseline} on {whose}: {row.note}."
+        return f"{row.group} against {baseline} on {policy}'s {metric}: {row.note}."
     text = sentence(
         row.interval,
         group=row.group,
         baseline=baseline,
-        policy=row.policy_label,
-        metric=metric_words(row.metric),
+        policy=policy,
+        metric=metric,
+        primary_of=primary_of,
     )
-    if row.interval.method != PAIRED and row.note:
+    shown = row.interval.has_interval and not row.interval.no_spread
+    if row.interval.method != PAIRED and shown and row.note:
         text += f"; {row.note}"
     return text + "."
 

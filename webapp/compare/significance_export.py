@@ -4,11 +4,13 @@ as CSV, as a LaTeX table, and as a forest plot (PDF, SVG, PNG).
 The CSV has one row per comparison: metric, policy, group, baseline, step ("final" or
 the chosen step), method ("paired t" or "Welch"), n (pairs, or the group's runs under
 Welch), n_baseline (the baseline's runs under Welch), estimate, low, high (the 95%
-interval), df, p, p_holm (empty when not adjusted), the two groups' means, the seeds,
-the note and the sentence, through :class:`webapp.core.csv_safe.SafeWriter`. The LaTeX
-table is a booktabs ``tabular`` (labels through
-:func:`webapp.compare.export.latex_escape`, comments through
-:func:`~webapp.compare.export.latex_comment`) that names the test and the correction.
+interval), df, p (NaN without a test: no spread, or one seed), p_holm (empty when not
+adjusted), primary (1 for the primary endpoint, kept out of Holm's family), the two
+groups' means, the seeds, the note and the sentence, through
+:class:`webapp.core.csv_safe.SafeWriter`. The LaTeX table is a booktabs ``tabular``
+(labels through :func:`webapp.compare.export.latex_escape`, comments through
+:func:`~webapp.compare.export.latex_comment`) that names the test and the correction, and
+"primary" in the Holm column of the primary endpoint.
 The figure is drawn as the other exports are (same rcParams, widths, lock, metadata):
 one row per comparison, the estimate and its interval in the group's colour, a dashed
 zero line.
@@ -52,6 +54,7 @@ SIG_CSV_COLUMNS = (
     "df",
     "p",
     "p_holm",
+    "primary",
     "group_mean",
     "baseline_mean",
     "seeds",
@@ -97,6 +100,7 @@ def significance_csv(table: Significance) -> str:
                 table.baseline,
                 step,
                 *numbers,
+                "1" if row.primary else "",
                 number_text(row.group_mean),
                 number_text(row.baseline_mean),
                 " ".join(str(seed) for seed in row.seeds),
@@ -157,7 +161,7 @@ def significance_latex(table: Significance) -> str:
                 "paired $t$" if found.method == PAIRED else latex_escape(found.method),
                 latex_escape(count_text(found)),
                 _p_latex(found.p),
-                _p_latex(found.p_adjusted),
+                "primary" if row.primary else _p_latex(found.p_adjusted),
             ]
         lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]

@@ -22,9 +22,10 @@ parameter 400 JSON ``{"error": message}`` naming it.
   ``metric`` parameters (default val/reward@1).
 - ``GET /compare/bars.<pdf|svg|png|csv|tex>?<same>&columns=1|2`` (``compare:bars_file``):
   its figure, its bars as CSV, its LaTeX table (:mod:`webapp.compare.bars_export`).
-- ``view=significance`` on both (``&baseline=G&sig_step=S``, the ``metric`` parameters):
-  the significance view instead, per metric, policy and group the difference to the
-  baseline with its 95% interval (paired t by seed, else Welch), p and Holm's p
+- ``view=significance`` on both (``&baseline=G&sig_step=S&primary=P|M|G``, the
+  ``metric`` parameters): the significance view instead, per metric, policy and group
+  the difference to the baseline with its 95% interval (paired t by seed, else Welch), p
+  and Holm's p, the primary endpoint (if named) kept out of Holm's family
   (:mod:`webapp.compare.significance`, :func:`webapp.compare.serialize.significance_json`);
   its files are the comparisons as CSV and LaTeX and a forest plot
   (:mod:`webapp.compare.significance_export`).
@@ -78,6 +79,7 @@ from webapp.compare.selectors import (
     summary_build,
 )
 from webapp.compare.serialize import bars_json, comparison_json, significance_json, summary_json
+from webapp.compare.significance import Primary
 from webapp.compare.spec import (
     DEFAULT_TABLE_METRIC,
     METRIC_PATTERN,
@@ -183,8 +185,11 @@ def bars(request: HttpRequest) -> HttpResponse:
     options = BarOptions.from_query(request.GET, spec)
     runs = runs_for_spec(request.user, spec)
     if options.view == SIGNIFICANCE:
+        primary = Primary.from_query(request.GET)
         return json_reply(
-            significance_json(significance_build(spec=spec, runs=runs, options=options))
+            significance_json(
+                significance_build(spec=spec, runs=runs, options=options, primary=primary)
+            )
         )
     return json_reply(bars_json(bars_build(spec=spec, runs=runs, options=options)))
 
@@ -347,7 +352,8 @@ def bars_file(request: HttpRequest, fmt: str) -> HttpResponse:
             export_limits.check_significance_plan(
                 groups=groups, metrics=len(options.metrics), policies=planned_policies(runs, spec)
             )
-        found = significance_build(spec=spec, runs=runs, options=options)
+        primary = Primary.from_query(request.GET)
+        found = significance_build(spec=spec, runs=runs, options=options, primary=primary)
         if figure:
             export_limits.check_significance_built(found.rows)
         to_csv, to_tex = (

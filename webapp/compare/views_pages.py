@@ -45,6 +45,23 @@ def _per_skill(skills: tuple[str, ...]) -> list[str]:
     return [f"{m.VAL_REWARD_AT_1}/{skill}" for skill in skills]
 
 
+DISCRIMINATION = "val/discrimination"
+"""``val/discrimination/<slice>``: reward@1 on the slice + reward@1 on no_carry - 1 (the
+trainer logs it; 0 for a policy that answers every prompt alike)."""
+GAP_ERRORS = (
+    "val/error/correct/carry",
+    "val/error/spurious_carry/no_carry",
+    "val/error/dropped_carry/carry",
+    "val/error/wrong_digit_count/overflow",
+)
+"""The error kinds the gap-errors preset draws (``val/error/<kind>/<slice>``)."""
+
+
+def _discrimination(slices: tuple[str, ...]) -> list[str]:
+    """The discrimination keys of ``slices``: ``val/discrimination/<slice>``."""
+    return [f"{DISCRIMINATION}/{name}" for name in slices]
+
+
 # The paper's standard figures, as view settings (the selection stays the user's).
 PRESETS: dict[str, dict[str, Any]] = {
     "fig4": {
@@ -95,16 +112,30 @@ PRESETS: dict[str, dict[str, Any]] = {
             "group_by": "regime",
         },
     },
-    # The gap pool's primary endpoint (bench/RESULTS.md): the carry slice against
-    # standalone, paired by seed, as the significance view computes it.
+    # The gap pool's net effect and discrimination against standalone (issue 45), paired by
+    # seed as bench/regimes.py computes them: the carry discrimination (reward@1 on carry +
+    # on no_carry - 1) of qwen-nocarry under sgt is the primary endpoint, outside the Holm
+    # family of the other rows; val/reward@1 gives every policy's and the pool mean's net
+    # effect. The view's own title names the tests it used.
     "gap-significance": {
-        "title": "Systematic gap: does a regime lift the carry slice? (paired t, Holm)",
+        "title": "Systematic gap: net effect and discrimination against standalone",
         "params": {
             "view": "significance",
-            "metric": _per_skill(("carry",)),
+            "metric": [
+                *_discrimination(("carry", "overflow")),
+                *_per_skill(("carry", "no_carry")),
+                m.VAL_REWARD_AT_1,
+            ],
             "group_by": "regime",
             "baseline": "standalone",
+            "primary": f"qwen-nocarry|{DISCRIMINATION}/carry|sgt",
         },
+    },
+    # How each policy errs on its slices (trainer/tasks/addition_errors.py): right answers
+    # on carry, spurious carries on no_carry, dropped carries, a wrong digit count.
+    "gap-errors": {
+        "title": "Systematic gap: kinds of error per slice",
+        "params": {"metric": list(GAP_ERRORS), "group_by": "regime"},
     },
 }
 GROUP_BY_CHOICES = ("regime", "off_policy", "experiment", "seed")

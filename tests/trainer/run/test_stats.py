@@ -71,11 +71,25 @@ def test_one_pair_gives_the_estimate_and_no_interval() -> None:
     assert not found.has_interval and found.includes_zero
 
 
-def test_identical_differences_give_a_point_interval() -> None:
-    # sd = 0: the interval is the point; p is 0 for a non-zero mean, 1 for a zero one.
+def test_identical_differences_give_a_point_and_no_test() -> None:
+    # sd = 0: the interval is the point, and there is no test (a spread of 0 is not
+    # certainty): p is NaN, so Holm leaves it out of the family.
     found = paired_t([0.25, 0.25, 0.25])
-    assert (found.low, found.high, found.p) == (0.25, 0.25, 0.0)
-    assert paired_t([0.0, 0.0]).p == 1.0
+    assert (found.low, found.high) == (0.25, 0.25) and found.no_spread
+    assert math.isnan(found.p) and found.has_interval
+    assert math.isnan(paired_t([0.0, 0.0]).p) and paired_t([0.0, 0.0]).no_spread
+    # Float rounding of x - b is no spread: 0.51 - 0.50 and 0.41 - 0.40 differ in the
+    # 17th digit (the reviewer's "0.010 [0.010, 0.010] (p < 0.001)").
+    rounded = paired_t([0.51 - 0.50, 0.41 - 0.40])
+    assert 0.51 - 0.50 != 0.41 - 0.40 and rounded.no_spread and math.isnan(rounded.p)
+    # Both Welch samples constant: no test either; one of them constant is a test.
+    assert welch([0.3, 0.3], [0.1, 0.1]).no_spread
+    assert math.isnan(welch([0.3, 0.3], [0.1, 0.1]).p)
+    assert not welch([0.3, 0.3], [0.1, 0.2]).no_spread
+    assert math.isfinite(welch([0.3, 0.3], [0.1, 0.2]).p)
+    # Holm counts only the tested: m = 2 here.
+    adjusted = holm([0.01, paired_t([0.2, 0.2]).p, 0.02])
+    assert adjusted[0] == pytest.approx(0.02) and math.isnan(adjusted[1])
 
 
 def test_non_finite_or_no_values_are_refused_not_dropped() -> None:
@@ -202,17 +216,71 @@ def test_sentences() -> None:
         "SGT does not clearly change weak-carry's val reward@1 over standalone (interval "
         "includes 0): +0.02 [-0.05, 0.09], 5 vs 4 runs (Welch, p = 0.41)"
     )
-    one = paired_t([0.3])
-    assert sentence(one, **WORDS) == (
-        "SGT changes weak-carry's val reward@1 by +0.30 over standalone, 1 seed "
-        "(paired t; one pair: too few for an interval)"
+
+
+def test_the_verb_follows_holms_p_not_the_unadjusted_interval() -> None:
+    # The reviewer's: "prp-no-is lowers gpt2-nohundreds's ... by 0.072 [0.050, 0.094]
+    # ... (paired t, Holm p = 0.13)". The unadjusted interval excludes 0, Holm's p does
+    # not clear 0.05: not significant after Holm, the interval labelled unadjusted.
+    lowered = interval(-0.072, -0.094, -0.050, p=0.011).adjusted(0.13)
+    text = sentence(lowered, **WORDS)
+    assert "lowers" not in text and "raises" not in text
+    assert text == (
+        "SGT does not clearly change weak-carry's val reward@1 over standalone (not "
+        "significant after Holm): -0.072 [-0.094, -0.050] unadjusted interval, 5 seeds "
+        "(paired t, unadjusted p = 0.011, Holm p = 0.13)"
+    )
+    # Holm's p below 0.05: the verb, with Holm's p.
+    assert sentence(interval(-0.072, -0.094, -0.050).adjusted(0.049), **WORDS).startswith(
+        "SGT lowers weak-carry's val reward@1 by 0.072 [0.050, 0.094]"
     )
 
 
-def test_decimals_follow_the_interval_width() -> None:
-    # two significant digits of the width: 0.14 -> 2 decimals, 14 -> 0, 0.0014 -> 4
+def test_no_spread_is_no_test() -> None:
+    # The reviewer's "raises ... by 0.010 [0.010, 0.010], 2 seeds (p < 0.001)".
+    # 0.51 - 0.50 and 0.41 - 0.40: a mean of 0.00999999999999998, shown as 0.010
+    text = sentence(paired_t([0.51 - 0.50, 0.41 - 0.40]), **WORDS)
+    assert text == (
+        "SGT against standalone on weak-carry's val reward@1: every seed moved by exactly "
+        "0.010: no spread, no test, 2 seeds"
+    )
+    assert "p =" not in text and "p <" not in text and "raises" not in text
+    welch_text = sentence(welch([0.3, 0.3], [0.1, 0.1]), **WORDS)
+    assert "differ by exactly 0.20: no spread, no test, 2 vs 2 runs" in welch_text
+
+
+def test_one_seed_asks_for_a_sweep() -> None:
+    one = paired_t([0.3])
+    assert sentence(one, **WORDS) == (
+        "SGT changes weak-carry's val reward@1 by +0.30 over standalone, 1 seed "
+        "(one seed: launch a sweep for an interval)"
+    )
+    # A group of one run under Welch: no "Welch" named next to no interval.
+    text = sentence(welch([0.9], [0.2]), **WORDS)
+    assert text.endswith("1 vs 1 run (one seed: launch a sweep for an interval)")
+    assert "Welch" not in text
+
+
+def test_the_primary_endpoint_names_the_family_it_is_kept_out_of() -> None:
+    primary = interval(0.19, 0.12, 0.26, p=0.004)
+    assert sentence(primary, **WORDS, primary_of=8) == (
+        "SGT raises weak-carry's val reward@1 by 0.19 [0.12, 0.26] over standalone, 5 seeds "
+        "(paired t, p = 0.004; the primary endpoint, outside the Holm family of the 8 other "
+        "comparisons)"
+    )
+    assert sentence(primary, **WORDS, primary_of=1).endswith(
+        "(paired t, p = 0.004; the primary endpoint, its own p)"
+    )
+
+
+def test_decimals_are_never_fewer_than_two() -> None:
+    # two significant digits of the width when finer than 2 decimals: 0.0014 -> 4
     assert stats.interval_decimals(interval(0.19, 0.12, 0.26)) == 2
-    assert stats.interval_decimals(interval(19.0, 12.0, 26.0)) == 0
+    assert stats.interval_decimals(interval(19.0, 12.0, 26.0)) == 2
     assert stats.interval_decimals(interval(0.0019, 0.0012, 0.0026)) == 4
+    # The reviewer's 0.273 shown as +0.3 (a width of 1.5 gave one decimal).
+    wide = interval(0.273, -0.5, 1.0, p=0.4)
+    assert stats.interval_decimals(wide) == 2
+    assert "+0.27 [-0.50, 1.00]" in sentence(wide, **WORDS)
     assert stats.p_text(0.0312) == "p = 0.031" and stats.p_text(0.31, "Holm p") == "Holm p = 0.31"
     assert stats.p_text(math.nan) == ""

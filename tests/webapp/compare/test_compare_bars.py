@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from django.http import QueryDict
 
+from trainer.stats import PAIRED_DELTA, UNPAIRED_DELTA, t_critical
 from webapp.compare import bars
 from webapp.compare.assemble import Group
 from webapp.compare.bars import FinalValue, eval_key
@@ -170,9 +171,16 @@ def test_relative_improvement_is_per_run_over_the_baseline_mean() -> None:
     # sgt: (0.6 - 0.5) / 0.5 = 20 %, (0.8 - 0.5) / 0.5 = 60 %: mean 40, std 20 sqrt 2
     assert sgt.mean[0] == pytest.approx(40.0) and sgt.n.tolist() == [2]
     assert sgt.std[0] == pytest.approx(20 * SQRT2)
-    assert sgt.upper[0] - sgt.mean[0] == pytest.approx(20 * SQRT2)
+    # No seeds given: the unpaired delta method, both groups' variances. var_x = var_b =
+    # 0.02: var(R / 100) = 0.02 / (2 * 0.25) + 0.49 * 0.02 / (2 * 0.0625) = 0.1184,
+    # Welch-Satterthwaite df = 0.1184^2 / (0.04^2 + 0.0784^2) = 1.8097.
+    half = t_critical(0.1184**2 / (0.04**2 + 0.0784**2)) * math.sqrt(0.1184) * 100
+    assert sgt.lower[0] == pytest.approx(40 - half) and sgt.upper[0] == pytest.approx(40 + half)
+    assert sgt.upper[0] - sgt.mean[0] > 20 * SQRT2  # wider than the old "± std"
+    [interval] = sgt.intervals
+    assert interval is not None and interval.method == UNPAIRED_DELTA
     # prp: 0 % and -10 %
-    assert prp.mean[0] == pytest.approx(-5.0) and prp.lower[0] == pytest.approx(-5 - 5 * SQRT2)
+    assert prp.mean[0] == pytest.approx(-5.0) and prp.lower[0] < -5 - 5 * SQRT2
     assert llama.base[0] == pytest.approx(0.5)
     # qwen's baseline mean is 0: no bars, and a note that says why.
     assert qwen.traces == [] and qwen.base[0] == 0.0
@@ -180,6 +188,60 @@ def test_relative_improvement_is_per_run_over_the_baseline_mean() -> None:
         "qwen · Validation reward@1: the standalone mean is 0, so the relative improvement "
         "is undefined; its bars are left out"
     ) in notes
+
+
+def test_runs_paired_by_seed_get_the_paired_delta_interval() -> None:
+    seed_of = {1: 0, 2: 1, 3: 0, 4: 1, 5: 0, 6: 1}
+    [llama] = bars.relative(
+        groups=[STANDALONE, PRP, SGT],
+        policies=["llama"],
+        metrics=[VAL],
+        baseline="standalone",
+        values=relative_values(),
+        seed_of=seed_of,
+    )
+    _, sgt = llama.traces
+    # d = x - b = (0.2, 0.2), b = (0.4, 0.6): R = 40 %, e = d - 0.4 b = (0.04, -0.04),
+    # se = sd(e) / sqrt(2) / 0.5 * 100 = 8.0, t_{0.975, 1} = 12.706.
+    assert sgt.mean[0] == pytest.approx(40.0)
+    assert sgt.lower[0] == pytest.approx(40 - t_975(1) * 8.0)
+    assert sgt.upper[0] == pytest.approx(40 + t_975(1) * 8.0)
+    assert sgt.intervals[0] is not None and sgt.intervals[0].method == PAIRED_DELTA
+    note = bars.interval_note([llama])
+    assert note == (
+        "Error bars: 95% interval, paired delta method, 2 seeds (the baseline's variance included)."
+    )
+    # A seed with two runs in a group cannot pair: unpaired, and the note names each kind.
+    seed_of[2] = 0
+    [mixed] = bars.relative(
+        groups=[STANDALONE, PRP, SGT],
+        policies=["llama"],
+        metrics=[VAL],
+        baseline="standalone",
+        values=relative_values(),
+        seed_of=seed_of,
+    )
+    assert {t.intervals[0].method for t in mixed.traces} == {UNPAIRED_DELTA}  # type: ignore[union-attr]
+    assert bars.interval_note([mixed]).startswith(
+        "Error bars: 95% interval, unpaired delta method, 2 vs 2 runs"
+    )
+
+
+def test_one_run_gives_a_bar_without_an_interval_and_the_note_says_so() -> None:
+    values = {
+        (1, "llama", VAL): FinalValue(0.5, 9),
+        (2, "llama", VAL): FinalValue(0.4, 9),
+        (3, "llama", VAL): FinalValue(0.6, 9),
+    }
+    groups = [STANDALONE, Group("sgt", "#009E73", "solid", [3])]
+    [panel] = bars.relative(
+        groups=groups, policies=["llama"], metrics=[VAL], baseline="standalone", values=values
+    )
+    [trace] = panel.traces
+    assert trace.mean[0] == pytest.approx(100 / 3) and math.isnan(trace.lower[0])
+    assert bars.interval_note([panel]) == (
+        "Error bars: none; a bar without one rests on too few runs for an interval."
+    )
 
 
 def test_a_negative_baseline_keeps_better_positive() -> None:

@@ -9,6 +9,7 @@ import math
 import xml.etree.ElementTree as ET
 from typing import Any
 
+import numpy as np
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
@@ -22,6 +23,7 @@ from webapp.compare import selectors
 from webapp.compare.bars import NO_EVALUATIONS
 from webapp.compare.bars_export import BAR_CSV_COLUMNS
 from webapp.compare.models import SavedComparison
+from webapp.compare.stats import t_975
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -123,6 +125,14 @@ def test_the_relative_view(logged_in: Client, runs: list[Run]) -> None:
     # standalone finals 0.4, 0.5 (b = 0.45); sgt 0.6, 0.7: 33.3 % and 55.6 %
     assert sgt["mean"] == pytest.approx([(0.15 / 0.45 + 0.25 / 0.45) / 2 * 100])
     assert sgt["n"] == [2] and llama["base"] == pytest.approx([0.45])
+    # Seeds 0 and 1 in both groups: the paired delta method. d = (0.2, 0.2), r = 0.2 /
+    # 0.45; e = d - r b = +-0.2 / 9, se = sd(e) / sqrt(2) / 0.45 * 100, t on 1 df.
+    se = float(np.std([0.2 / 9, -0.2 / 9], ddof=1)) / math.sqrt(2) / 0.45 * 100
+    assert sgt["lower"] == pytest.approx([sgt["mean"][0] - t_975(1) * se])
+    assert sgt["upper"] == pytest.approx([sgt["mean"][0] + t_975(1) * se])
+    assert reply["interval_note"] == (
+        "Error bars: 95% interval, paired delta method, 2 seeds (the baseline's variance included)."
+    )
     assert qwen["traces"] == [] and gpt2["traces"] == []
     assert qwen["message"] == "the standalone mean is 0: no relative improvement"
     assert gpt2["message"] == "no standalone value" and llama["message"] == ""
@@ -232,7 +242,12 @@ def test_the_csv_has_one_row_per_bar(logged_in: Client, runs: list[Run]) -> None
     relative = bars_file(logged_in, runs, "csv", view="relative").content.decode().splitlines()
     assert len(relative) == 2  # the header and llama's sgt bar; qwen's baseline is 0
     assert relative[1].startswith(f"relative,llama,{VAL},sgt,")
-    assert relative[1].endswith(",2,0.45")
+    assert relative[1].endswith(',2,0.45,"95% interval, paired delta method, 2 seeds"')
+    [row] = list(csv.DictReader(io.StringIO("\n".join(relative))))
+    assert float(row["lower"]) < float(row["mean"]) < float(row["upper"])
+    assert float(row["upper"]) - float(row["mean"]) == pytest.approx(62.75, abs=0.01)
+    tasks_band = {r["error_bar"] for r in rows}
+    assert tasks_band == {"std"}
 
 
 def test_the_latex_table_has_the_numbers_and_bolds_the_best(
@@ -248,7 +263,9 @@ def test_the_latex_table_has_the_numbers_and_bolds_the_best(
     assert bars_file(logged_in, runs, "tex", view="tasks", policy="llama").content.decode() == tex
     relative = bars_file(logged_in, runs, "tex", view="relative").content.decode()
     assert r"Policy & Metric & sgt & standalone mean \\" in relative
-    assert r"llama & Validation reward@1 & 44.4 $\pm$ 15.7 & 0.450 \\" in relative
+    # 44.4 % [-18.3, 107.2]: the paired delta method's interval, not the old "± std".
+    assert r"llama & Validation reward@1 & 44.4 [$-$18.3, 107.2] & 0.450 \\" in relative
+    assert "95\\% interval, paired delta method, 2 seeds" in relative
     assert r"qwen & Validation reward@1 & -- & 0.000 \\" in relative
 
 

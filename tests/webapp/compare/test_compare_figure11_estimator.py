@@ -1,6 +1,7 @@
-"""Figure 11 has one estimator (trainer.stats.relative_improvement): the compare page's
-relative view, its CSV export and bench/figures_11_12.py give the same number on the same
-runs, a seed whose standalone run scored 0 included."""
+"""Figure 11 has one estimator (trainer.stats.relative_improvement) and one interval
+(trainer.stats.relative_interval): the compare page's relative view, its CSV export and
+bench/figures_11_12.py give the same numbers on the same runs, a seed whose standalone
+run scored 0 included."""
 
 from __future__ import annotations
 
@@ -50,9 +51,20 @@ def test_the_bars_the_export_and_the_bench_agree_with_a_zero_seed(
     assert bench["mean"] == pytest.approx(expected) and bench["seeds"] == 3
     assert bench["std"] == pytest.approx(std) and bench["undefined"] == ""
     assert bench["per_seed"] == pytest.approx([0.0, 100.0, 100.0])
+    # The error bar: the paired delta method's 95% interval (seeds 0-2 in both groups),
+    # which the per-seed ratios (x - b) / |b| could not give: seed 0's b is 0.
+    paired = relative_improvements(sgt, standalone, seeds=[0, 1, 2])
+    assert paired["method"] == "95% interval, paired delta method, 3 seeds"
+    assert trace["lower"] == pytest.approx([paired["low"]])
+    assert trace["upper"] == pytest.approx([paired["high"]])
+    assert paired["low"] < expected < paired["high"]
+    assert reply["interval_note"].startswith("Error bars: " + paired["method"])
     exported = client.get(reverse("compare:bars_file", args=["csv"]), query).content.decode()
     [row] = list(csv.DictReader(io.StringIO(exported)))
     assert float(row["mean"]) == pytest.approx(bench["mean"])
+    assert float(row["lower"]) == pytest.approx(paired["low"])
+    assert float(row["upper"]) == pytest.approx(paired["high"])
+    assert row["error_bar"] == paired["method"]
 
 
 def test_a_zero_baseline_mean_is_undefined_in_both(client: Client, alice: User) -> None:
@@ -63,6 +75,7 @@ def test_a_zero_baseline_mean_is_undefined_in_both(client: Client, alice: User) 
     reply = client.get(reverse("compare:bars"), query).json()
     assert reply["panels"][0]["traces"] == []
     assert reply["panels"][0]["message"] == "the standalone mean is 0: no relative improvement"
-    bench = relative_improvements(sgt, standalone)
+    bench = relative_improvements(sgt, standalone, seeds=[0, 1])
     assert bench["mean"] is None and bench["undefined"] == ZERO_BASELINE
+    assert bench["low"] is None and bench["high"] is None
     assert bench["seeds"] == 2  # every seed is counted, none silently dropped

@@ -59,7 +59,7 @@ def test_the_gap_preset_shows_validation_per_slice_by_regime(
     assert "Systematic gap: validation reward@1 per slice" in html
 
 
-def test_the_gap_significance_preset_asks_for_the_carry_slice_against_standalone(
+def test_the_gap_significance_preset_asks_for_net_effect_and_discrimination(
     client: Client, alice: User, make_experiment: Callable
 ) -> None:
     source = make_experiment(seeds=(0,))
@@ -69,7 +69,42 @@ def test_the_gap_significance_preset_asks_for_the_carry_slice_against_standalone
     client.force_login(alice)
     page = client.get(reverse("compare:page"), {"sweep": sweep.pk, "preset": "gap-significance"})
     assert page.status_code == 200
-    assert page.context["chosen_metrics"] == [f"{m.VAL_REWARD_AT_1}/carry"]
-    assert page.context["params"]["view"] == "significance"
-    assert page.context["params"]["baseline"] == "standalone"
-    assert 'data-testid="preset-gap-significance"' in page.content.decode()
+    assert page.context["chosen_metrics"] == [
+        "val/discrimination/carry",
+        "val/discrimination/overflow",
+        f"{m.VAL_REWARD_AT_1}/carry",
+        f"{m.VAL_REWARD_AT_1}/no_carry",
+        m.VAL_REWARD_AT_1,
+    ]
+    params = page.context["params"]
+    assert params["view"] == "significance" and params["baseline"] == "standalone"
+    assert params["primary"] == "qwen-nocarry|val/discrimination/carry|sgt"
+    assert page.context["chosen_policies"] == []  # every policy, and the pool mean
+    html = page.content.decode()
+    assert 'data-testid="preset-gap-significance"' in html
+    # The primary endpoint is a field of the form, so the page's requests carry it.
+    assert 'name="primary" value="qwen-nocarry|val/discrimination/carry|sgt"' in html
+    # The title names no test: the view's own title names the ones it used.
+    title = PRESETS["gap-significance"]["title"]
+    assert "paired" not in title and "Holm" not in title and title in html
+
+
+def test_the_gap_errors_preset_draws_the_error_kinds_by_regime(
+    client: Client, alice: User, make_experiment: Callable
+) -> None:
+    source = make_experiment(seeds=(0,))
+    sweep = sweep_launch(
+        owner=alice, source=source, name="errors", regimes=["standalone", "sgt"], seeds=[0]
+    )
+    client.force_login(alice)
+    page = client.get(reverse("compare:page"), {"sweep": sweep.pk, "preset": "gap-errors"})
+    assert page.status_code == 200
+    assert page.context["chosen_metrics"] == [
+        "val/error/correct/carry",
+        "val/error/spurious_carry/no_carry",
+        "val/error/dropped_carry/carry",
+        "val/error/wrong_digit_count/overflow",
+    ]
+    assert page.context["params"]["group_by"] == "regime"
+    assert "view" not in page.context["params"]  # the curves
+    assert 'data-testid="preset-gap-errors"' in page.content.decode()

@@ -116,7 +116,8 @@ def test_paired_by_seed_welch_when_unpaired_and_holm_over_both(
     response = significance(logged_in, runs)
     assert response.status_code == 200, response.content
     reply = response.json()
-    assert reply["view"] == "significance" and reply["title"] == "Significance (paired t, Holm)"
+    assert reply["view"] == "significance"
+    assert reply["title"] == "Significance (paired t and Welch, Holm)"  # the tests used
     assert reply["baseline"] == "standalone" and reply["metrics"] == [VAL]
     assert reply["step"] is None and reply["where"] == "the final step"
     assert reply["correction"] == "Holm-Bonferroni over the 2 comparisons shown"
