@@ -4,9 +4,10 @@ registry and, with ``--sweep``, a demo sweep: the systematic-gap pool (``trainer
 build --recipe gap``: a clean policy and two that each always make one carry mistake)
 trained under ``standalone`` and under ``sgt`` on the local backend (CPU, a few minutes),
 launched at once; each run is evaluated on the synthetic suite when it completes. The
-gap pool is where sharing visibly pays (bench/RESULTS.md, "Sharing on a systematic-gap
-pool"): under SGT ``qwen-nocarry`` learns the carry slice that standalone GRPO never
-does.
+gap pool is where sharing visibly moves a slice (bench/RESULTS.md, "Sharing on a
+systematic-gap pool"): under SGT ``qwen-nocarry`` answers carry problems that standalone
+GRPO never does, by adding a carry more often, not only where it is due (its
+``no_carry`` slice falls; issue 45's section).
 
 With ``--build-zoo`` it builds the zoo models the demo needs, recording its progress for
 the home page (:mod:`webapp.core.demo_status`): the gap pool, then it launches the runs,
