@@ -5,13 +5,14 @@ Start the demo first (``make demo``) and let its sweep run for a minute or two, 
     .venv/bin/python scripts/tour_screenshots.py [--base-url http://127.0.0.1:8000]
         [--out docs/tour] [--user demo --password demo-password] [--chromium PATH]
 
-It logs in and saves seven PNGs into ``--out``: the demo's SGT run page with its live
-curves (``run-live.png``), its peer-transfer panel with a transfer opened
-(``transfers.png``), the compose form with a preview (``compose-preview.png``), the runs'
+It logs in and saves eight PNGs into ``--out``: the demo's SGT run page with its live
+curves (``run-live.png``), its answers by error class (``error-classes.png``), its
+peer-transfer panel with a transfer opened (``transfers.png``), the compose form with a preview (``compose-preview.png``), the runs'
 comparison by regime (``compare.png``) and the first page of the exported PDF figure
 (``export-pdf.png``, rendered with poppler's ``pdftoppm``), the gap pool's carry and
-no-carry slices by regime (``gap-carry.png``) and the significance view of the carry
-slice (``significance.png``). It only reads and previews:
+no-carry slices, the carry discrimination and the overall reward by regime
+(``gap-carry.png``: the swing and the net effect) and the "gap-significance" preset's
+significance view (``significance.png``). It only reads and previews:
 nothing is saved or launched. Each step waits for what it shows to be drawn and says
 which step failed.
 """
@@ -46,6 +47,10 @@ def shoot_run_page(page: Page, base_url: str, out: Path) -> None:
     page.locator(".chart .main-svg").first.wait_for(timeout=60_000)
     page.wait_for_timeout(1500)  # let every chart on screen draw its lines
     page.screenshot(path=out / "run-live.png")
+    table = page.get_by_test_id("error-classes")
+    table.locator("tbody tr").first.wait_for(timeout=60_000)
+    table.scroll_into_view_if_needed()
+    table.screenshot(path=out / "error-classes.png")
     transfers = page.locator("#transfers")
     transfers.scroll_into_view_if_needed()
     page.locator("#transfer-rows button").first.click()  # open a row: what crossed
@@ -100,21 +105,22 @@ def shoot_compare_and_export(page: Page, base_url: str, out: Path) -> None:
         )
 
 
-GAP_QUERY = "q_tag=demo&group_by=regime&metric=val/reward@1/carry&metric=val/reward@1/no_carry"
+GAP_QUERY = (
+    "q_tag=demo&group_by=regime&metric=val/reward@1/carry&metric=val/reward@1/no_carry"
+    "&metric=val/discrimination/carry&metric=val/reward@1&policy=qwen-nocarry"
+)
 
 
 def shoot_gap(page: Page, base_url: str, out: Path) -> None:
-    """The demo's two runs on the gap pool's carry and no-carry slices (the curves that
-    separate), then the significance view of the carry slice against standalone."""
+    """The demo's two runs on qwen-nocarry's carry and no-carry slices, its carry
+    discrimination and its overall reward (the swing and the net effect), then the
+    "gap-significance" preset's view against standalone."""
     page.goto(f"{base_url}/compare/?{GAP_QUERY}")
     panels = page.locator("#compare-panels")
     panels.locator(".main-svg").first.wait_for(timeout=60_000)
     page.wait_for_timeout(1500)
     panels.screenshot(path=out / "gap-carry.png")
-    page.goto(
-        f"{base_url}/compare/?{GAP_QUERY.split('&metric=')[0]}&view=significance"
-        "&metric=val/reward@1/carry&baseline=standalone"
-    )
+    page.goto(f"{base_url}/compare/?q_tag=demo&preset=gap-significance")
     card = page.get_by_test_id("sig-card")
     card.locator(".main-svg").first.wait_for(timeout=60_000)
     page.wait_for_timeout(1000)
