@@ -7,13 +7,13 @@ Start the demo first (``make demo``) and let its sweep run for a minute or two, 
 
 It logs in and saves eight PNGs into ``--out``: the demo's SGT run page with its live
 curves (``run-live.png``), its answers by error class (``error-classes.png``), its
-peer-transfer panel with a transfer opened (``transfers.png``), the compose form with a preview (``compose-preview.png``), the runs'
-comparison by regime (``compare.png``) and the first page of the exported PDF figure
-(``export-pdf.png``, rendered with poppler's ``pdftoppm``), the gap pool's carry and
-no-carry slices, the carry discrimination and the overall reward by regime
-(``gap-carry.png``: the swing and the net effect) and the "gap-significance" preset's
-significance view (``significance.png``). It only reads and previews:
-nothing is saved or launched. Each step waits for what it shows to be drawn and says
+peer-transfer panel with a transfer opened (``transfers.png``), the compose form with a
+preview (``compose-preview.png``), the runs' comparison by regime (``compare.png``) and
+the first page of the exported PDF figure (``export-pdf.png``, rendered with poppler's
+``pdftoppm``), the gap pool's carry and no-carry slices, the carry discrimination and
+the overall reward by regime (``gap-carry.png``: the swing and the net effect) and the
+"gap-significance" preset's significance view (``significance.png``). It only reads and
+previews: nothing is saved or launched. Each step waits for what it shows to be drawn and says
 which step failed.
 """
 
