@@ -40,6 +40,14 @@
     return `[${fixed(interval.low, interval.decimals)}, ${fixed(interval.high, interval.decimals)}]`;
   }
 
+  // The test a row ran: "none" where there was none to run (one seed or a group of one
+  // run: no interval; every seed moving by the same amount: no spread), not its method.
+  function testText(interval) {
+    if (!Number.isFinite(num(interval.low))) return "none (one seed)";
+    if (interval.no_spread) return "none (no spread)";
+    return interval.method;
+  }
+
   function countText(interval) {
     if (interval.method === "paired t") return `${interval.n} seed${interval.n === 1 ? "" : "s"}`;
     return `${interval.n} vs ${interval.n_other}`;
@@ -148,7 +156,7 @@
       const interval = row.interval;
       const cells = [row.policy_label, ...(several ? [row.metric_label] : []), groupName(data, row.group)];
       if (interval) {
-        cells.push(interval.method, countText(interval), fixed(interval.estimate, interval.decimals),
+        cells.push(testText(interval), countText(interval), fixed(interval.estimate, interval.decimals),
           intervalText(interval), interval.p_text || "–");
         if (holmColumn) cells.push(row.primary ? "primary" : interval.p_adjusted_text || "–");
       } else {

@@ -202,6 +202,11 @@ def test_the_gap_preset_marks_the_primary_endpoint_and_links_one_seed_to_a_sweep
     one = sentences.filter(has_text="xgrpo changes qwen-nocarry's").first
     expect(one).to_contain_text("1 vs 3 runs (one seed: launch a sweep for an interval)")
     expect(one).not_to_contain_text("Welch")
+    # Its table row names no test either: none was run.
+    one_row = page.locator(
+        '[data-testid="sig-row"][data-group="xgrpo"][data-policy="qwen-nocarry"]'
+    ).first
+    expect(one_row.locator("td").nth(3)).to_have_text("none (one seed)")
     link = one.get_by_test_id("sig-sweep-link")
     expect(link).to_have_text("launch a sweep")
     sweep_form = reverse("compare:sweep_create", args=[one_seed.experiment_id])

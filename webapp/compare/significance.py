@@ -258,6 +258,8 @@ def compare_groups(
     interval = welch(list(x.values()), list(b.values()))
     if interval.has_interval:
         note = f"unpaired: {why}, so Welch's interval over all runs"
+    elif len(x) == 1 and len(b) == 1:
+        note = "one run a group: no interval"
     else:
         note = f"unpaired: {why}; a group of one run has no interval"
     return interval, seeds, (), note
