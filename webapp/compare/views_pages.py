@@ -135,7 +135,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # on carry, spurious carries on no_carry, dropped carries, a wrong digit count.
     "gap-errors": {
         "title": "Systematic gap: kinds of error per slice",
-        "params": {"metric": list(GAP_ERRORS), "group_by": "regime"},
+        # The two weak policies: the strong one makes no errors to draw.
+        "params": {
+            "metric": list(GAP_ERRORS),
+            "policy": ["qwen-nocarry", "gpt2-nohundreds"],
+            "group_by": "regime",
+        },
     },
 }
 GROUP_BY_CHOICES = ("regime", "off_policy", "experiment", "seed")

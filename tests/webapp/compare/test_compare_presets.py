@@ -106,5 +106,6 @@ def test_the_gap_errors_preset_draws_the_error_kinds_by_regime(
         "val/error/wrong_digit_count/overflow",
     ]
     assert page.context["params"]["group_by"] == "regime"
+    assert page.context["chosen_policies"] == ["qwen-nocarry", "gpt2-nohundreds"]
     assert "view" not in page.context["params"]  # the curves
     assert 'data-testid="preset-gap-errors"' in page.content.decode()
