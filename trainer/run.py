@@ -55,7 +55,7 @@ from trainer.remix import Consumption, self_reflection_rate
 from trainer.remix.reuse import ReMix
 from trainer.shipper import Shipper
 from trainer.spool import Spool, SpoolOffsets, make_point
-from trainer.tasks import Problem, Task, get_reward, make_task, run_scoring
+from trainer.tasks import Problem, Task, make_task, run_scoring
 from trainer.tasks.few_shot import prompt_context
 from trainer.zoo import resolve_model_source
 
@@ -367,7 +367,7 @@ def _train(
         config.grpo,
         model_dir=model_dir,
         tokenizer_dir=tokenizer_dir,
-        reward_fn=get_reward(task.reward_name, strict_format=scoring.strict_format),
+        reward_fn=scoring.reward_fn(),
         success_threshold=config.success_threshold,
         device=worker.device,
         objective=config.objective,
