@@ -285,10 +285,27 @@ def ci_note(comparison: Comparison, columns: int = 1) -> str | None:
     return textwrap.fill(text, width=int(COLUMN_WIDTHS[columns] * 14))
 
 
+CHAR_WIDTH_EM = 0.6
+"""A generous width of one character of the exports' sans-serif, in ems."""
+
+
+def fit_axis_label(text: str, length_points: float, font_points: float) -> str:
+    """``text`` broken into lines (at spaces) no longer than ``length_points`` at
+    ``font_points`` (:data:`CHAR_WIDTH_EM` a character), so a long y label ("Validation
+    errors · spurious carry · no_carry") stays beside its own panel instead of running
+    into the panels above and below it; the constrained layout makes room for the extra
+    lines. A label that fits is returned as it is."""
+    chars = max(8, int(length_points / (CHAR_WIDTH_EM * font_points)))
+    return text if len(text) <= chars else textwrap.fill(text, width=chars)
+
+
 def _draw_panel(ax: Any, panel: Panel, comparison: Comparison) -> None:
     spec = comparison.spec
     ax.set_title(panel.policy_label)
-    ax.set_ylabel(panel.y_label)
+    # The panel's share of the figure's height (its title and ticks take about a fifth).
+    rows = ax.get_subplotspec().get_gridspec().nrows
+    length = ax.figure.get_figheight() * 72.0 / rows * 0.8
+    ax.set_ylabel(fit_axis_label(panel.y_label, length, ax.yaxis.label.get_size()))
     if spec.log_y:
         ax.set_yscale("log", nonpositive="mask")
         ax.yaxis.set_major_formatter(PlainLogFormatter())

@@ -199,3 +199,15 @@ def test_the_latex_helpers_turn_every_line_break_and_control_into_a_space() -> N
     comment = export.latex_comment(f"x{breaks}y 50% done")
     assert comment.startswith("% ") and comment.splitlines() == [comment]
     assert export.latex_comment("two\nlines") == "% two lines"
+
+
+def test_a_long_y_label_is_broken_to_its_panels_height() -> None:
+    """The gap-errors preset's labels ran into the panels above and below (seen in its
+    PDF): a label longer than the panel is broken at spaces into lines that fit it; a
+    short one is left alone."""
+    label = "Validation errors · spurious carry · no_carry"
+    fitted = export.fit_axis_label(label, length_points=100.0, font_points=8.0)
+    lines = fitted.split("\n")
+    assert len(lines) > 1 and " ".join(lines) == label
+    assert all(len(line) * export.CHAR_WIDTH_EM * 8.0 <= 100.0 for line in lines)
+    assert export.fit_axis_label("Validation reward@1", 100.0, 8.0) == "Validation reward@1"
