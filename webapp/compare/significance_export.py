@@ -178,7 +178,9 @@ def row_label(row: SigRow, table: Significance) -> str:
     label = f"{names.get(row.group, row.group)} · {row.policy_label}"
     if len(table.options.metrics) > 1:
         label += f" · {row.metric_label}"
-    return figure_label(label, LABEL_CHARS)
+    # Two lines before an ellipsis: the metric's slice ("· carry", "· overflow") comes
+    # last, and cut at one line the gap preset's rows read alike.
+    return textwrap.fill(figure_label(label, 2 * LABEL_CHARS), LABEL_CHARS)
 
 
 def build_significance_figure(table: Significance, columns: int = 1) -> Figure:
@@ -186,7 +188,9 @@ def build_significance_figure(table: Significance, columns: int = 1) -> Figure:
     bottom in the table's order."""
     rows: Sequence[SigRow] = table.rows
     width = COLUMN_WIDTHS[columns]
-    height = 1.2 + ROW_INCHES * max(len(rows), 1)
+    labels = [row_label(row, table) for row in rows]
+    row_inches = ROW_INCHES * (1.5 if any("\n" in label for label in labels) else 1.0)
+    height = 1.2 + row_inches * max(len(rows), 1)
     figure = Figure(figsize=(width, height), layout="constrained")
     ax = figure.add_subplot()
     if not rows:
@@ -206,12 +210,13 @@ def build_significance_figure(table: Significance, columns: int = 1) -> Figure:
         marker = "o" if found.method == PAIRED else "s"  # the note's ● and ■
         ax.plot([found.estimate], [y], marker=marker, color=row.colour, markersize=4, zorder=3)
     ax.set_yticks(positions)
-    ax.set_yticklabels([row_label(row, table) for row in rows])
+    ax.set_yticklabels(labels)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     metric = table.rows[0].metric_label if len(table.options.metrics) == 1 else "value"
     chars = int(width * CHARS_PER_INCH)
     label = figure_label(f"{metric}: difference to {table.baseline} ({table.where})", 2 * chars)
-    ax.set_xlabel(textwrap.fill(label, width=chars))
+    # The x label spans the axes only, beside the row labels' column.
+    ax.set_xlabel(textwrap.fill(label, width=max(16, chars - LABEL_CHARS)))
     note = "95% intervals: ● paired t (by seed), ■ Welch (unpaired)"
     if table.correction:
         note += "; Holm-corrected p in the table"

@@ -264,3 +264,24 @@ def test_no_spread_is_no_test_and_not_in_the_family(logged_in: Client, alice: Us
     # xgrpo is the only comparison tested: no Holm, its own p.
     assert reply["correction"] == "" and reply["title"] == "Significance (paired t)"
     assert row_of(reply, "llama", "xgrpo")["interval"]["p_adjusted"] is None
+
+
+def test_a_forest_plot_row_label_keeps_its_slice_on_a_second_line() -> None:
+    """The gap preset's forest plot cut 'sgt · llama-sum · Discrimination (J) · carry' to
+    one line, and its carry and overflow rows read alike; a long row label now wraps to
+    two lines before any ellipsis."""
+    from types import SimpleNamespace
+
+    from webapp.compare.significance_export import LABEL_CHARS, row_label
+
+    table = SimpleNamespace(
+        groups=[SimpleNamespace(label="sgt", name="sgt")],
+        options=SimpleNamespace(metrics=["a", "b"]),
+    )
+    row = SimpleNamespace(
+        group="sgt", policy_label="llama-sum", metric_label="Discrimination (J) · overflow"
+    )
+    label = row_label(row, table)  # type: ignore[arg-type]
+    assert label.split("\n")[-1].endswith("overflow")
+    assert all(len(line) <= LABEL_CHARS for line in label.split("\n"))
+    assert " ".join(label.split("\n")) == "sgt · llama-sum · Discrimination (J) · overflow"
