@@ -287,6 +287,8 @@ def ci_note(comparison: Comparison, columns: int = 1) -> str | None:
 
 CHAR_WIDTH_EM = 0.6
 """A generous width of one character of the exports' sans-serif, in ems."""
+MIN_LABEL_CHARS = 24
+"""A y label this short stays on one line whatever the panel ("Validation reward@1")."""
 
 
 def fit_axis_label(text: str, length_points: float, font_points: float) -> str:
@@ -295,7 +297,7 @@ def fit_axis_label(text: str, length_points: float, font_points: float) -> str:
     errors · spurious carry · no_carry") stays beside its own panel instead of running
     into the panels above and below it; the constrained layout makes room for the extra
     lines. A label that fits is returned as it is."""
-    chars = max(8, int(length_points / (CHAR_WIDTH_EM * font_points)))
+    chars = max(MIN_LABEL_CHARS, int(length_points / (CHAR_WIDTH_EM * font_points)))
     return text if len(text) <= chars else textwrap.fill(text, width=chars)
 
 
